@@ -1,0 +1,185 @@
+//! Builds the device crate (`kernels-gpu`) to PTX: our replacement for `cuda_builder`.
+//!
+//! One nested `cargo rustc` per PTX module (a cargo feature of the device crate), for the
+//! `nvptx64-nvidia-cuda` target with `-Zbuild-std=core`, in its own target directory and with
+//! a cleared environment, so nothing the outer build set (RUSTFLAGS, target, profile
+//! overrides, jobserver) leaks in. Both `cargo xtask build-ptx` and host's build script call
+//! [`PtxBuild::run`].
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The PTX modules the device crate provides, one cargo feature each.
+pub const MODULES: &[&str] = &["elementwise"];
+
+/// The GPU architecture the PTX targets; the driver JIT-compiles it for newer GPUs.
+pub const DEFAULT_ARCH: &str = "sm_80";
+
+const TARGET: &str = "nvptx64-nvidia-cuda";
+
+/// Environment variables the nested cargo keeps: what it needs to find the toolchain.
+const KEPT_ENV: &[&str] = &["PATH", "HOME", "RUSTUP_HOME", "CARGO_HOME", "RUSTUP_TOOLCHAIN", "TMPDIR"];
+
+#[derive(Debug)]
+pub enum BuildError {
+    /// The arch is not of the form `sm_XY` with XY >= 80.
+    UnsupportedArch(String),
+    /// A toolchain component is missing; the message names it and how to install it.
+    MissingComponent { component: &'static str, looked_at: PathBuf },
+    /// `cargo` or `rustc` could not be started.
+    Spawn { program: &'static str, error: std::io::Error },
+    /// The nested build failed; its output was passed through.
+    CargoFailed { module: String, status: std::process::ExitStatus },
+    /// The build succeeded but left no PTX where expected.
+    NoPtx(PathBuf),
+    Io(PathBuf, std::io::Error),
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::UnsupportedArch(arch) => {
+                write!(f, "unsupported arch `{arch}`: give sm_80 or newer (e.g. sm_80, sm_90)")
+            }
+            BuildError::MissingComponent { component, looked_at } => write!(
+                f,
+                "the toolchain lacks `{component}` (looked at {}): run `rustup toolchain install` \
+                 in the repository root, which installs the components rust-toolchain.toml lists",
+                looked_at.display()
+            ),
+            BuildError::Spawn { program, error } => write!(f, "could not run `{program}`: {error}"),
+            BuildError::CargoFailed { module, status } => {
+                write!(f, "building PTX module `{module}` failed ({status}); the compiler output is above")
+            }
+            BuildError::NoPtx(path) => write!(f, "the build finished but wrote no PTX at {}", path.display()),
+            BuildError::Io(path, error) => write!(f, "{}: {error}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {}
+
+/// One PTX build of the device crate.
+#[derive(Clone, Debug)]
+pub struct PtxBuild {
+    /// The device crate's directory (holding its Cargo.toml).
+    pub crate_dir: PathBuf,
+    /// The nested build's own target directory.
+    pub target_dir: PathBuf,
+    /// Where `<module>.ptx` files are written.
+    pub out_dir: PathBuf,
+    /// `sm_XY`.
+    pub arch: String,
+}
+
+impl PtxBuild {
+    /// Builds every module in [`MODULES`]; returns the written PTX paths.
+    pub fn run(&self) -> Result<Vec<PathBuf>, BuildError> {
+        let absolute = |path: &Path| std::path::absolute(path).map_err(|e| BuildError::Io(path.to_path_buf(), e));
+        let build = PtxBuild {
+            crate_dir: absolute(&self.crate_dir)?,
+            target_dir: absolute(&self.target_dir)?,
+            out_dir: absolute(&self.out_dir)?,
+            arch: self.arch.clone(),
+        };
+        build.run_absolute()
+    }
+
+    fn run_absolute(&self) -> Result<Vec<PathBuf>, BuildError> {
+        check_arch(&self.arch)?;
+        check_toolchain(&self.crate_dir)?;
+        std::fs::create_dir_all(&self.out_dir).map_err(|e| BuildError::Io(self.out_dir.clone(), e))?;
+        MODULES.iter().map(|module| self.build_module(module)).collect()
+    }
+
+    fn build_module(&self, module: &str) -> Result<PathBuf, BuildError> {
+        let mut cargo = clean_command("cargo");
+        cargo
+            .current_dir(&self.crate_dir)
+            .args(["rustc", "--release", "--lib", "--crate-type", "cdylib", "-Zbuild-std=core"])
+            .args(["--target", TARGET, "--features", module, "--target-dir"])
+            .arg(&self.target_dir)
+            .args(["--config", "profile.release.panic=\"abort\""])
+            .env("CARGO_ENCODED_RUSTFLAGS", format!("-Ctarget-cpu={}", self.arch));
+        let status = cargo.status().map_err(|error| BuildError::Spawn { program: "cargo", error })?;
+        if !status.success() {
+            return Err(BuildError::CargoFailed { module: module.to_string(), status });
+        }
+        let built = self.target_dir.join(TARGET).join("release").join("rill_kernels_gpu.ptx");
+        if !built.is_file() {
+            return Err(BuildError::NoPtx(built));
+        }
+        let dest = self.out_dir.join(format!("{module}.ptx"));
+        std::fs::copy(&built, &dest).map_err(|e| BuildError::Io(dest.clone(), e))?;
+        Ok(dest)
+    }
+}
+
+/// A command with only the toolchain-locating variables of this process's environment.
+fn clean_command(program: &str) -> Command {
+    let mut command = Command::new(program);
+    command.env_clear();
+    for key in KEPT_ENV {
+        if let Some(value) = std::env::var_os(key) {
+            command.env(key, value);
+        }
+    }
+    command
+}
+
+fn check_arch(arch: &str) -> Result<(), BuildError> {
+    match arch.strip_prefix("sm_").and_then(|n| n.trim_end_matches('a').parse::<u32>().ok()) {
+        Some(n) if n >= 80 => Ok(()),
+        _ => Err(BuildError::UnsupportedArch(arch.to_string())),
+    }
+}
+
+/// Checks the components the NVPTX build needs, so a missing one is named instead of
+/// surfacing as an obscure linker or `core` error.
+fn check_toolchain(crate_dir: &Path) -> Result<(), BuildError> {
+    let output = clean_command("rustc")
+        .current_dir(crate_dir)
+        .args(["--print", "sysroot"])
+        .output()
+        .map_err(|error| BuildError::Spawn { program: "rustc", error })?;
+    let sysroot = PathBuf::from(OsString::from(String::from_utf8_lossy(&output.stdout).trim().to_string()));
+    let rustlib = sysroot.join("lib").join("rustlib");
+    let host_bin = host_triple(crate_dir).map(|triple| rustlib.join(triple).join("bin"));
+    let required: [(&'static str, PathBuf); 2] = [
+        ("rust-src", rustlib.join("src").join("rust").join("library").join("core")),
+        (
+            "llvm-bitcode-linker",
+            host_bin.unwrap_or_else(|| rustlib.clone()).join("self-contained").join("llvm-bitcode-linker"),
+        ),
+    ];
+    for (component, looked_at) in required {
+        if !looked_at.exists() {
+            return Err(BuildError::MissingComponent { component, looked_at });
+        }
+    }
+    Ok(())
+}
+
+fn host_triple(crate_dir: &Path) -> Option<String> {
+    let output = clean_command("rustc").current_dir(crate_dir).arg("-vV").output().ok()?;
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .find_map(|line| line.strip_prefix("host: ").map(str::to_string))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arch_must_be_ampere_or_newer() {
+        assert!(check_arch("sm_80").is_ok());
+        assert!(check_arch("sm_90").is_ok());
+        assert!(check_arch("sm_90a").is_ok());
+        assert!(check_arch("sm_70").is_err());
+        assert!(check_arch("compute_80").is_err());
+        assert!(check_arch("sm_x").is_err());
+    }
+}

@@ -1,0 +1,32 @@
+//! rill: bandwidth-saturating GPU kernels written in Rust, and the host library that runs
+//! them.
+//!
+//! ```no_run
+//! use rill::{elementwise, Gpu, Tensor};
+//! let gpu = Gpu::new(0)?;
+//! let stream = gpu.stream()?;
+//! let x = Tensor::from_slice(&gpu, &[1.0f32, -2.0, 3.0], &[3])?;
+//! let mut y = Tensor::<f32>::zeros(&gpu, &[3])?;
+//! elementwise::gelu(&stream, &x, &mut y)?;
+//! stream.synchronize()?;
+//! println!("{:?}", y.to_vec()?);
+//! # Ok::<(), rill::Error>(())
+//! ```
+//!
+//! Every op validates its arguments before launching: a wrong shape, dtype or view is an
+//! [`Error::InvalidInput`] that says what to change, never a panic or a wrong answer.
+
+mod error;
+mod gpu;
+mod launch;
+mod module;
+pub mod npy;
+mod ops;
+mod tensor;
+
+pub use error::{Error, Result};
+pub use gpu::{DeviceInfo, Gpu, Stream};
+pub use launch::{grid_stride_blocks, LaunchConfig, WAVES};
+pub use module::PtxModule;
+pub use ops::elementwise;
+pub use tensor::{copy, AsView, AsViewMut, DType, Element, Tensor, View, ViewMut};

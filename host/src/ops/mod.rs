@@ -1,0 +1,3 @@
+//! One module per op family: validate, dispatch, launch.
+
+pub mod elementwise;

@@ -1,0 +1,272 @@
+//! Typed device tensors: an owning [`Tensor`] and borrowed views ([`View`], [`ViewMut`])
+//! that carry shape, dtype and address, so ops can check shapes and alignment before any
+//! launch. Tensors are contiguous and row-major; a view may start at any element offset.
+
+use crate::error::{invalid, DriverContext, Result};
+use crate::gpu::Gpu;
+use cust::memory::{CopyDestination, DeviceBuffer, DeviceCopy};
+use std::marker::PhantomData;
+use std::ops::Range;
+
+pub use rill_kernels_gpu::abi::DType;
+
+/// A host element type with a device counterpart.
+pub trait Element: DeviceCopy + Copy + Default + PartialEq + std::fmt::Debug + Send + Sync + 'static {
+    const DTYPE: DType;
+    fn to_f64(self) -> f64;
+    /// Rounds to nearest even.
+    fn from_f64(x: f64) -> Self;
+}
+
+impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(x: f64) -> Self {
+        x as f32
+    }
+}
+
+impl Element for half::f16 {
+    const DTYPE: DType = DType::F16;
+    fn to_f64(self) -> f64 {
+        self.to_f64()
+    }
+    fn from_f64(x: f64) -> Self {
+        half::f16::from_f64(x)
+    }
+}
+
+impl Element for half::bf16 {
+    const DTYPE: DType = DType::BF16;
+    fn to_f64(self) -> f64 {
+        self.to_f64()
+    }
+    fn from_f64(x: f64) -> Self {
+        half::bf16::from_f64(x)
+    }
+}
+
+fn element_count(shape: &[usize]) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .map_or_else(|| invalid!("shape {shape:?} has more elements than fit in memory"), Ok)
+}
+
+/// A contiguous row-major tensor in device memory.
+pub struct Tensor<T: Element> {
+    // None for empty tensors: the driver allocates no zero-byte buffers.
+    buffer: Option<DeviceBuffer<T>>,
+    shape: Vec<usize>,
+    gpu: Gpu,
+}
+
+impl<T: Element> Tensor<T> {
+    /// Copies `data` to the device as a tensor of `shape`.
+    pub fn from_slice(gpu: &Gpu, data: &[T], shape: &[usize]) -> Result<Self> {
+        let len = element_count(shape)?;
+        if len != data.len() {
+            invalid!("shape {shape:?} holds {len} elements but {} were given", data.len());
+        }
+        gpu.bind()?;
+        let buffer = if len == 0 { None } else { Some(DeviceBuffer::from_slice(data).during("cuMemcpyHtoD")?) };
+        Ok(Tensor { buffer, shape: shape.to_vec(), gpu: gpu.clone() })
+    }
+
+    /// A tensor of `shape` filled with zeros.
+    pub fn zeros(gpu: &Gpu, shape: &[usize]) -> Result<Self> {
+        let len = element_count(shape)?;
+        gpu.bind()?;
+        let buffer = if len == 0 {
+            None
+        } else {
+            // SAFETY: the memory is zeroed (all-zero bits are 0.0 in every Element type)
+            // before anyone can read it.
+            unsafe {
+                let buffer = DeviceBuffer::<T>::uninitialized(len).during("cuMemAlloc")?;
+                cust::sys::cuMemsetD8_v2(buffer.as_device_ptr().as_raw(), 0, len * size_of::<T>()).during("cuMemsetD8")?;
+                Some(buffer)
+            }
+        };
+        Ok(Tensor { buffer, shape: shape.to_vec(), gpu: gpu.clone() })
+    }
+
+    /// Overwrites the tensor with `data` (same element count).
+    pub fn copy_from_slice(&mut self, data: &[T]) -> Result<()> {
+        if data.len() != self.len() {
+            invalid!("tensor of shape {:?} holds {} elements but {} were given", self.shape, self.len(), data.len());
+        }
+        self.gpu.bind()?;
+        match &mut self.buffer {
+            Some(buffer) => buffer.copy_from(data).during("cuMemcpyHtoD"),
+            None => Ok(()),
+        }
+    }
+
+    /// Copies the tensor to the host (waits for work queued on other streams of the context).
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        self.gpu.bind()?;
+        let mut host = vec![T::default(); self.len()];
+        if let Some(buffer) = &self.buffer {
+            buffer.copy_to(&mut host[..]).during("cuMemcpyDtoH")?;
+        }
+        Ok(host)
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn dtype(&self) -> DType {
+        T::DTYPE
+    }
+
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    fn address(&self) -> u64 {
+        self.buffer.as_ref().map_or(0, |b| b.as_device_ptr().as_raw())
+    }
+
+    pub fn view(&self) -> View<'_, T> {
+        View { address: self.address(), shape: self.shape.clone(), _borrow: PhantomData }
+    }
+
+    pub fn view_mut(&mut self) -> ViewMut<'_, T> {
+        ViewMut { address: self.address(), shape: self.shape.clone(), _borrow: PhantomData }
+    }
+}
+
+/// A read-only view of (part of) a tensor.
+#[derive(Clone, Debug)]
+pub struct View<'a, T> {
+    address: u64,
+    shape: Vec<usize>,
+    _borrow: PhantomData<&'a T>,
+}
+
+/// A writable view of (part of) a tensor.
+#[derive(Debug)]
+pub struct ViewMut<'a, T> {
+    address: u64,
+    shape: Vec<usize>,
+    _borrow: PhantomData<&'a mut T>,
+}
+
+macro_rules! view_common {
+    ($view:ident) => {
+        impl<'a, T: Element> $view<'a, T> {
+            pub fn shape(&self) -> &[usize] {
+                &self.shape
+            }
+
+            pub fn len(&self) -> usize {
+                self.shape.iter().product()
+            }
+
+            pub fn is_empty(&self) -> bool {
+                self.len() == 0
+            }
+
+            /// Device address of the first element.
+            pub fn address(&self) -> u64 {
+                self.address
+            }
+
+            /// The same elements as `shape` (same count).
+            pub fn reshape(self, shape: &[usize]) -> Result<Self> {
+                if element_count(shape)? != self.len() {
+                    invalid!("cannot reshape {:?} ({} elements) to {shape:?}", self.shape, self.len());
+                }
+                Ok($view { address: self.address, shape: shape.to_vec(), _borrow: PhantomData })
+            }
+
+            /// Elements `range` of the flattened view, as a 1-D view. Its address is
+            /// `range.start` elements in, so it may be less aligned than the tensor.
+            pub fn slice(self, range: Range<usize>) -> Result<Self> {
+                if range.start > range.end || range.end > self.len() {
+                    invalid!("slice {range:?} is outside a view of {} elements", self.len());
+                }
+                let address = self.address + (range.start * size_of::<T>()) as u64;
+                Ok($view { address, shape: vec![range.len()], _borrow: PhantomData })
+            }
+        }
+    };
+}
+
+view_common!(View);
+view_common!(ViewMut);
+
+/// Anything an op can read: tensors and views.
+pub trait AsView<T: Element> {
+    fn as_view(&self) -> View<'_, T>;
+}
+
+/// Anything an op can write: tensors and mutable views.
+pub trait AsViewMut<T: Element> {
+    fn as_view_mut(&mut self) -> ViewMut<'_, T>;
+}
+
+impl<T: Element> AsView<T> for Tensor<T> {
+    fn as_view(&self) -> View<'_, T> {
+        self.view()
+    }
+}
+
+impl<T: Element> AsView<T> for View<'_, T> {
+    fn as_view(&self) -> View<'_, T> {
+        self.clone()
+    }
+}
+
+impl<T: Element> AsView<T> for ViewMut<'_, T> {
+    fn as_view(&self) -> View<'_, T> {
+        View { address: self.address, shape: self.shape.clone(), _borrow: PhantomData }
+    }
+}
+
+impl<T: Element> AsViewMut<T> for Tensor<T> {
+    fn as_view_mut(&mut self) -> ViewMut<'_, T> {
+        self.view_mut()
+    }
+}
+
+impl<T: Element> AsViewMut<T> for ViewMut<'_, T> {
+    fn as_view_mut(&mut self) -> ViewMut<'_, T> {
+        ViewMut { address: self.address, shape: self.shape.clone(), _borrow: PhantomData }
+    }
+}
+
+/// Device-to-device copy of `src` into `dst` (same shape), queued on `stream`: the
+/// bandwidth ceiling the benchmarks measure every kernel against.
+pub fn copy<T: Element>(stream: &crate::Stream, src: &impl AsView<T>, dst: &mut impl AsViewMut<T>) -> Result<()> {
+    let (src, dst) = (src.as_view(), dst.as_view_mut());
+    if src.shape() != dst.shape() {
+        invalid!("copy from shape {:?} into shape {:?}: shapes must match", src.shape(), dst.shape());
+    }
+    if src.is_empty() {
+        return Ok(());
+    }
+    stream.gpu().bind()?;
+    // SAFETY: both views borrow live allocations of `len` elements of T.
+    unsafe {
+        cust::sys::cuMemcpyDtoDAsync_v2(
+            dst.address(),
+            src.address(),
+            src.len() * size_of::<T>(),
+            stream.raw().as_inner(),
+        )
+        .during("cuMemcpyDtoDAsync")
+    }
+}

@@ -1,0 +1,405 @@
+//! Device intrinsics: the only module that touches `core::arch::nvptx` or inline PTX.
+//!
+//! Thread/block indices, barriers, warp shuffles and ballots, dynamic shared memory and
+//! global-memory vector accesses exist on the NVPTX target only. The math primitives
+//! (`ex2`, `lg2`, `rsqrt`, `rcp`) and the bf16 conversion also have host versions, so the
+//! portable math built on them ([`crate::math`], [`crate::functor`]) runs in CPU unit tests.
+
+#[cfg(target_arch = "nvptx64")]
+pub use device::*;
+
+/// `2^x`. Device: `ex2.approx.ftz.f32` (max 2 ulp, one SFU op).
+#[inline(always)]
+pub fn ex2(x: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let y: f32;
+        // SAFETY: a pure register-to-register instruction.
+        unsafe {
+            core::arch::asm!("ex2.approx.ftz.f32 {y}, {x};", y = out(reg32) y, x = in(reg32) x,
+                options(pure, nomem, nostack));
+        }
+        y
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        x.exp2()
+    }
+}
+
+/// `log2(x)`. Device: `lg2.approx.ftz.f32`.
+#[inline(always)]
+pub fn lg2(x: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let y: f32;
+        // SAFETY: a pure register-to-register instruction.
+        unsafe {
+            core::arch::asm!("lg2.approx.ftz.f32 {y}, {x};", y = out(reg32) y, x = in(reg32) x,
+                options(pure, nomem, nostack));
+        }
+        y
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        x.log2()
+    }
+}
+
+/// `1/sqrt(x)`. Device: `rsqrt.approx.ftz.f32`.
+#[inline(always)]
+pub fn rsqrt(x: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let y: f32;
+        // SAFETY: a pure register-to-register instruction.
+        unsafe {
+            core::arch::asm!("rsqrt.approx.ftz.f32 {y}, {x};", y = out(reg32) y, x = in(reg32) x,
+                options(pure, nomem, nostack));
+        }
+        y
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        1.0 / x.sqrt()
+    }
+}
+
+/// `1/x`. Device: `rcp.approx.ftz.f32` (1 ulp), instead of the IEEE division sequence.
+#[inline(always)]
+pub fn rcp(x: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let y: f32;
+        // SAFETY: a pure register-to-register instruction.
+        unsafe {
+            core::arch::asm!("rcp.approx.ftz.f32 {y}, {x};", y = out(reg32) y, x = in(reg32) x,
+                options(pure, nomem, nostack));
+        }
+        y
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        1.0 / x
+    }
+}
+
+/// `a * b + c` rounded once (`fma.rn.f32`).
+#[inline(always)]
+pub fn fma(a: f32, b: f32, c: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let d: f32;
+        // SAFETY: a pure register-to-register instruction.
+        unsafe {
+            core::arch::asm!("fma.rn.f32 {d}, {a}, {b}, {c};", d = out(reg32) d, a = in(reg32) a,
+                b = in(reg32) b, c = in(reg32) c, options(pure, nomem, nostack));
+        }
+        d
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        a.mul_add(b, c)
+    }
+}
+
+/// f32 to bf16 bits, round to nearest even; NaN stays a quiet NaN.
+/// Device: one `cvt.rn.bf16.f32` (sm_80).
+#[inline(always)]
+pub fn f32_to_bf16_bits(x: f32) -> u16 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let y: u16;
+        // SAFETY: a pure register-to-register instruction.
+        unsafe {
+            core::arch::asm!("cvt.rn.bf16.f32 {y}, {x};", y = out(reg16) y, x = in(reg32) x,
+                options(pure, nomem, nostack));
+        }
+        y
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        crate::scalar::bf16_bits_round_to_nearest_even(x)
+    }
+}
+
+#[cfg(target_arch = "nvptx64")]
+mod device {
+    use core::arch::{asm, global_asm, nvptx};
+
+    /// Threads in a warp.
+    pub const WARP_SIZE: u32 = 32;
+    /// Member mask of a full warp.
+    pub const FULL_MASK: u32 = 0xffff_ffff;
+
+    #[inline(always)]
+    pub fn thread_idx_x() -> u32 {
+        // SAFETY: reads a special register.
+        unsafe { nvptx::_thread_idx_x() as u32 }
+    }
+
+    #[inline(always)]
+    pub fn block_idx_x() -> u32 {
+        // SAFETY: reads a special register.
+        unsafe { nvptx::_block_idx_x() as u32 }
+    }
+
+    #[inline(always)]
+    pub fn block_dim_x() -> u32 {
+        // SAFETY: reads a special register.
+        unsafe { nvptx::_block_dim_x() as u32 }
+    }
+
+    #[inline(always)]
+    pub fn grid_dim_x() -> u32 {
+        // SAFETY: reads a special register.
+        unsafe { nvptx::_grid_dim_x() as u32 }
+    }
+
+    /// Lane index within the warp.
+    #[inline(always)]
+    pub fn lane_id() -> u32 {
+        thread_idx_x() % WARP_SIZE
+    }
+
+    /// Mask of the lanes below this one (`%lanemask_lt`).
+    #[inline(always)]
+    pub fn lanemask_lt() -> u32 {
+        let m: u32;
+        // SAFETY: reads a special register.
+        unsafe { asm!("mov.u32 {m}, %lanemask_lt;", m = out(reg32) m, options(pure, nomem, nostack)) };
+        m
+    }
+
+    /// Block-wide barrier (`bar.sync 0`).
+    ///
+    /// # Safety
+    /// Every thread of the block must reach it (no divergent call sites).
+    #[inline(always)]
+    pub unsafe fn sync_threads() {
+        // SAFETY: forwarded to the caller.
+        unsafe { nvptx::_syncthreads() }
+    }
+
+    /// Aborts the kernel; the launch then reports an error to the host.
+    #[inline(always)]
+    pub fn trap() -> ! {
+        // SAFETY: `trap` ends the thread; nothing after it runs.
+        unsafe { nvptx::trap() }
+    }
+
+    /// Operand `c` of `shfl.sync` for a thread group of `width` lanes (a power of two up to 32):
+    /// the segment mask in bits 8..13 and the clamp value in bits 0..4, as CUDA's `__shfl_*_sync`.
+    #[inline(always)]
+    const fn shfl_clamp(width: u32) -> u32 {
+        ((WARP_SIZE - width) << 8) | 0x1f
+    }
+
+    macro_rules! shuffle {
+        ($(#[$doc:meta])* $name:ident, $mode:literal) => {
+            $(#[$doc])*
+            ///
+            /// # Safety
+            /// Every lane named in `mask` must execute this same shuffle (convergence), and
+            /// `width` must be a power of two no larger than 32.
+            #[inline(always)]
+            pub unsafe fn $name(mask: u32, value: u32, operand: u32, width: u32) -> u32 {
+                let out: u32;
+                // SAFETY: forwarded to the caller (convergence of the lanes in `mask`).
+                unsafe {
+                    asm!(concat!("shfl.sync.", $mode, ".b32 {out}, {value}, {operand}, {clamp}, {mask};"),
+                        out = out(reg32) out, value = in(reg32) value, operand = in(reg32) operand,
+                        clamp = in(reg32) shfl_clamp(width), mask = in(reg32) mask,
+                        options(nomem, nostack));
+                }
+                out
+            }
+        };
+    }
+
+    shuffle!(
+        /// Value of lane `lane ^ operand` within each group of `width` lanes.
+        shfl_xor_u32, "bfly"
+    );
+    shuffle!(
+        /// Value of lane `lane + operand` within each group of `width` lanes (own value past the end).
+        shfl_down_u32, "down"
+    );
+    shuffle!(
+        /// Value of lane `operand` of this lane's group of `width` lanes.
+        shfl_idx_u32, "idx"
+    );
+
+    /// [`shfl_xor_u32`] on an f32.
+    ///
+    /// # Safety
+    /// As [`shfl_xor_u32`].
+    #[inline(always)]
+    pub unsafe fn shfl_xor(mask: u32, value: f32, lane_mask: u32, width: u32) -> f32 {
+        // SAFETY: forwarded to the caller.
+        f32::from_bits(unsafe { shfl_xor_u32(mask, value.to_bits(), lane_mask, width) })
+    }
+
+    /// [`shfl_down_u32`] on an f32.
+    ///
+    /// # Safety
+    /// As [`shfl_down_u32`].
+    #[inline(always)]
+    pub unsafe fn shfl_down(mask: u32, value: f32, delta: u32, width: u32) -> f32 {
+        // SAFETY: forwarded to the caller.
+        f32::from_bits(unsafe { shfl_down_u32(mask, value.to_bits(), delta, width) })
+    }
+
+    /// [`shfl_idx_u32`] on an f32.
+    ///
+    /// # Safety
+    /// As [`shfl_idx_u32`].
+    #[inline(always)]
+    pub unsafe fn shfl_idx(mask: u32, value: f32, lane: u32, width: u32) -> f32 {
+        // SAFETY: forwarded to the caller.
+        f32::from_bits(unsafe { shfl_idx_u32(mask, value.to_bits(), lane, width) })
+    }
+
+    /// One bit per lane in `mask`: set where `predicate` holds (`vote.sync.ballot.b32`).
+    ///
+    /// # Safety
+    /// Every lane named in `mask` must execute this same vote.
+    #[inline(always)]
+    pub unsafe fn ballot(mask: u32, predicate: bool) -> u32 {
+        let out: u32;
+        // SAFETY: forwarded to the caller (convergence of the lanes in `mask`).
+        unsafe {
+            asm!("{{ .reg .pred p; setp.ne.u32 p, {pred}, 0; vote.sync.ballot.b32 {out}, p, {mask}; }}",
+                out = out(reg32) out, pred = in(reg32) predicate as u32, mask = in(reg32) mask,
+                options(nomem, nostack));
+        }
+        out
+    }
+
+    global_asm!(".extern .shared .align 16 .b8 rill_dynamic_shared[];");
+
+    /// Start of the block's dynamic shared memory (sized by the launch), as a generic pointer.
+    #[inline(always)]
+    pub fn dynamic_shared<T>() -> *mut T {
+        let p: u64;
+        // SAFETY: takes the address of the dynamic shared array declared above.
+        unsafe {
+            asm!("cvta.shared.u64 {p}, rill_dynamic_shared;", p = out(reg64) p,
+                options(pure, nomem, nostack));
+        }
+        p as *mut T
+    }
+
+    /// A device address known to be in the global state space.
+    #[derive(Clone, Copy)]
+    pub struct GlobalAddr(u64);
+
+    impl GlobalAddr {
+        /// # Safety
+        /// `generic` must be a generic address of global memory (as `cuMemAlloc` returns).
+        #[inline(always)]
+        pub unsafe fn from_generic(generic: u64) -> Self {
+            let g: u64;
+            // SAFETY: a pure address conversion; the caller vouches the address is global.
+            unsafe {
+                asm!("cvta.to.global.u64 {g}, {p};", g = out(reg64) g, p = in(reg64) generic,
+                    options(pure, nomem, nostack));
+            }
+            GlobalAddr(g)
+        }
+
+        /// This address advanced by `bytes`.
+        #[inline(always)]
+        pub fn offset(self, bytes: u64) -> Self {
+            GlobalAddr(self.0 + bytes)
+        }
+    }
+
+    /// One access of `bytes` bytes (16, 8, 4 or 2; a constant after inlining), as words.
+    ///
+    /// # Safety
+    /// `addr` must be valid for reads of `bytes` bytes, aligned to `bytes`, and not written
+    /// by anyone during the kernel (the load goes through the read-only path, `.nc`).
+    #[inline(always)]
+    pub unsafe fn load_global_nc(addr: GlobalAddr, bytes: usize) -> [u32; 4] {
+        let mut w = [0u32; 4];
+        // SAFETY: forwarded to the caller; each arm reads exactly `bytes` bytes.
+        unsafe {
+            match bytes {
+                16 => asm!("ld.global.nc.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+                    a = out(reg32) w[0], b = out(reg32) w[1], c = out(reg32) w[2], d = out(reg32) w[3],
+                    p = in(reg64) addr.0, options(pure, readonly, nostack)),
+                8 => asm!("ld.global.nc.v2.u32 {{{a}, {b}}}, [{p}];",
+                    a = out(reg32) w[0], b = out(reg32) w[1], p = in(reg64) addr.0,
+                    options(pure, readonly, nostack)),
+                4 => asm!("ld.global.nc.u32 {a}, [{p}];", a = out(reg32) w[0], p = in(reg64) addr.0,
+                    options(pure, readonly, nostack)),
+                2 => {
+                    let h: u16;
+                    asm!("ld.global.nc.u16 {h}, [{p}];", h = out(reg16) h, p = in(reg64) addr.0,
+                        options(pure, readonly, nostack));
+                    w[0] = h as u32;
+                }
+                _ => trap(),
+            }
+        }
+        w
+    }
+
+    /// Stores the first `bytes` bytes of `w` (16, 8, 4 or 2; a constant after inlining) in
+    /// one access.
+    ///
+    /// # Safety
+    /// `addr` must be valid for writes of `bytes` bytes and aligned to `bytes`.
+    #[inline(always)]
+    pub unsafe fn store_global(addr: GlobalAddr, bytes: usize, w: [u32; 4]) {
+        // SAFETY: forwarded to the caller; each arm writes exactly `bytes` bytes.
+        unsafe {
+            match bytes {
+                16 => asm!("st.global.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};",
+                    p = in(reg64) addr.0, a = in(reg32) w[0], b = in(reg32) w[1], c = in(reg32) w[2],
+                    d = in(reg32) w[3], options(nostack)),
+                8 => asm!("st.global.v2.u32 [{p}], {{{a}, {b}}};",
+                    p = in(reg64) addr.0, a = in(reg32) w[0], b = in(reg32) w[1], options(nostack)),
+                4 => asm!("st.global.u32 [{p}], {a};", p = in(reg64) addr.0, a = in(reg32) w[0],
+                    options(nostack)),
+                2 => asm!("st.global.u16 [{p}], {h};", p = in(reg64) addr.0, h = in(reg16) w[0] as u16,
+                    options(nostack)),
+                _ => trap(),
+            }
+        }
+    }
+
+    macro_rules! paired {
+        ($(#[$doc:meta])* $name:ident, $args:literal, ($($arg:ident),*)) => {
+            $(#[$doc])*
+            #[inline(always)]
+            pub fn $name($($arg: u32),*) -> u32 {
+                let d: u32;
+                // SAFETY: a pure register-to-register instruction (sm_80).
+                unsafe {
+                    asm!($args, d = out(reg32) d, $($arg = in(reg32) $arg),*,
+                        options(pure, nomem, nostack));
+                }
+                d
+            }
+        };
+    }
+
+    paired!(
+        /// Two f16 lanes: `a * b + c`, each rounded once.
+        fma_f16x2, "fma.rn.f16x2 {d}, {a}, {b}, {c};", (a, b, c)
+    );
+    paired!(
+        /// Two bf16 lanes: `a * b + c`, each rounded once.
+        fma_bf16x2, "fma.rn.bf16x2 {d}, {a}, {b}, {c};", (a, b, c)
+    );
+    paired!(
+        /// Two f16 lanes: max, NaN propagating.
+        max_nan_f16x2, "max.NaN.f16x2 {d}, {a}, {b};", (a, b)
+    );
+    paired!(
+        /// Two bf16 lanes: max, NaN propagating.
+        max_nan_bf16x2, "max.NaN.bf16x2 {d}, {a}, {b};", (a, b)
+    );
+}

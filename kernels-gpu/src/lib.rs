@@ -1,0 +1,39 @@
+//! Device code of rill, compiled to PTX by rustc's own NVPTX backend.
+//!
+//! The crate builds for two targets:
+//! - `nvptx64-nvidia-cuda` (through `rill-builder`): everything, exported kernels included;
+//! - the host: the shared ABI ([`abi`]) and the portable math ([`scalar`], [`functor`]), so the
+//!   host crate shares names and parameter layouts with the kernels, and the math is unit-tested
+//!   on the CPU against f64.
+//!
+//! Layout: [`arch`] is the only user of NVPTX intrinsics and inline PTX; [`pack`] holds the
+//! vectorized accesses and the Load/Store traits; `ops/` holds one generic body per op family;
+//! `entry` instantiates the exported kernels from the tables in [`abi`].
+#![cfg_attr(target_arch = "nvptx64", no_std)]
+#![cfg_attr(
+    target_arch = "nvptx64",
+    feature(abi_ptx, stdarch_nvptx, asm_experimental_arch)
+)]
+#![feature(f16)]
+
+pub mod abi;
+pub mod arch;
+pub mod functor;
+pub mod math;
+pub mod scalar;
+pub mod unroll;
+
+#[cfg(target_arch = "nvptx64")]
+pub mod pack;
+
+#[cfg(target_arch = "nvptx64")]
+mod ops;
+
+#[cfg(target_arch = "nvptx64")]
+mod entry;
+
+#[cfg(target_arch = "nvptx64")]
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    arch::trap()
+}

@@ -1,0 +1,156 @@
+//! Vectorized accesses and the Load/Store interface every row-wise op reads and writes
+//! through.
+//!
+//! A [`Pack`] is `N` elements moved as one aligned 16-, 8-, 4- or 2-byte access. Ops read
+//! rows through a [`Load`] and write them through a [`Store`], so fusing a neighbouring
+//! op (a scale, a mask, a residual add, a cast) is a new functor, not a new kernel.
+
+use crate::arch::{load_global_nc, store_global, GlobalAddr};
+use crate::scalar::Scalar;
+use core::marker::PhantomData;
+
+/// `N` elements of `T` held as the 32-bit words one access moves. Lanes of 16-bit types
+/// pair up in words (lane `2i` low, `2i+1` high), which is what half2 instructions take.
+#[derive(Clone, Copy)]
+pub struct Pack<T: Scalar, const N: usize> {
+    words: [u32; 4],
+    _element: PhantomData<T>,
+}
+
+impl<T: Scalar, const N: usize> Pack<T, N> {
+    /// Bytes of one access.
+    pub const BYTES: usize = N * T::BYTES;
+
+    #[inline(always)]
+    pub fn new() -> Self {
+        Pack { words: [0; 4], _element: PhantomData }
+    }
+
+    /// Loads pack number `index` of the array at `base`.
+    ///
+    /// # Safety
+    /// The pack must lie inside an allocation that nobody writes during the kernel, and
+    /// `base` must be aligned to [`Self::BYTES`].
+    #[inline(always)]
+    pub unsafe fn load(base: GlobalAddr, index: u64) -> Self {
+        // SAFETY: forwarded to the caller.
+        let words = unsafe { load_global_nc(base.offset(index * Self::BYTES as u64), Self::BYTES) };
+        Pack { words, _element: PhantomData }
+    }
+
+    /// Stores this pack as pack number `index` of the array at `base`.
+    ///
+    /// # Safety
+    /// The pack must lie inside a writable allocation, and `base` must be aligned to
+    /// [`Self::BYTES`].
+    #[inline(always)]
+    pub unsafe fn store(self, base: GlobalAddr, index: u64) {
+        // SAFETY: forwarded to the caller.
+        unsafe { store_global(base.offset(index * Self::BYTES as u64), Self::BYTES, self.words) }
+    }
+
+    #[inline(always)]
+    pub fn get(&self, lane: usize) -> T {
+        if T::BYTES == 4 {
+            T::from_bits(self.words[lane])
+        } else {
+            T::from_bits((self.words[lane / 2] >> (16 * (lane % 2))) & 0xffff)
+        }
+    }
+
+    #[inline(always)]
+    pub fn set(&mut self, lane: usize, value: T) {
+        if T::BYTES == 4 {
+            self.words[lane] = value.to_bits();
+        } else {
+            let shift = 16 * (lane % 2);
+            let word = &mut self.words[lane / 2];
+            *word = (*word & !(0xffff << shift)) | (value.to_bits() << shift);
+        }
+    }
+
+    /// Lanes `2i` and `2i+1` of a 16-bit pack, as one word.
+    #[inline(always)]
+    pub fn pair(&self, i: usize) -> u32 {
+        self.words[i]
+    }
+
+    #[inline(always)]
+    pub fn set_pair(&mut self, i: usize, word: u32) {
+        self.words[i] = word;
+    }
+}
+
+impl<T: Scalar, const N: usize> Default for Pack<T, N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Reads `N` consecutive elements of a row, converted to the f32 compute type.
+pub trait Load<const N: usize> {
+    /// # Safety
+    /// `(row, col..col + N)` must be inside the view, and `col` a multiple of `N`.
+    unsafe fn load(&self, row: u64, col: u64) -> [f32; N];
+}
+
+/// Writes `N` consecutive elements of a row from the f32 compute type.
+pub trait Store<const N: usize> {
+    /// # Safety
+    /// `(row, col..col + N)` must be inside the view, and `col` a multiple of `N`.
+    unsafe fn store(&self, values: [f32; N], row: u64, col: u64);
+}
+
+/// A row-major `(rows, cols)` view of `T` in global memory, rows `row_stride` elements apart.
+#[derive(Clone, Copy)]
+pub struct RowMajor<T> {
+    base: GlobalAddr,
+    row_stride: u64,
+    _element: PhantomData<T>,
+}
+
+impl<T: Scalar> RowMajor<T> {
+    /// # Safety
+    /// `address` must be a generic address of global memory holding the view; for packs of
+    /// `N`, it and `row_stride * size_of::<T>()` must be multiples of `N * size_of::<T>()`.
+    #[inline(always)]
+    pub unsafe fn new(address: u64, row_stride: u64) -> Self {
+        // SAFETY: forwarded to the caller.
+        let base = unsafe { GlobalAddr::from_generic(address) };
+        RowMajor { base, row_stride, _element: PhantomData }
+    }
+
+    #[inline(always)]
+    fn pack_index<const N: usize>(&self, row: u64, col: u64) -> u64 {
+        (row * self.row_stride + col) / N as u64
+    }
+}
+
+/// Loads straight from a [`RowMajor`] view.
+#[derive(Clone, Copy)]
+pub struct DirectLoad<T>(pub RowMajor<T>);
+
+/// Stores straight into a [`RowMajor`] view.
+#[derive(Clone, Copy)]
+pub struct DirectStore<T>(pub RowMajor<T>);
+
+impl<T: Scalar, const N: usize> Load<N> for DirectLoad<T> {
+    #[inline(always)]
+    unsafe fn load(&self, row: u64, col: u64) -> [f32; N] {
+        // SAFETY: forwarded to the caller.
+        let pack = unsafe { Pack::<T, N>::load(self.0.base, self.0.pack_index::<N>(row, col)) };
+        core::array::from_fn(|lane| pack.get(lane).to_f32())
+    }
+}
+
+impl<T: Scalar, const N: usize> Store<N> for DirectStore<T> {
+    #[inline(always)]
+    unsafe fn store(&self, values: [f32; N], row: u64, col: u64) {
+        let mut pack = Pack::<T, N>::new();
+        for (lane, &value) in values.iter().enumerate() {
+            pack.set(lane, T::from_f32(value));
+        }
+        // SAFETY: forwarded to the caller.
+        unsafe { pack.store(self.0.base, self.0.pack_index::<N>(row, col)) }
+    }
+}

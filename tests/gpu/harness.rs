@@ -1,0 +1,151 @@
+//! Case bookkeeping for the GPU suite: filtering, seeds, tolerances, the summary line.
+
+use rill::{Element, Gpu, Stream, Tensor, View, ViewMut};
+use rill_tests::check::{max_relative_error, poison, tolerance};
+use rill_tests::random::{case_seed, run_seed, Domain, Rng};
+
+pub struct Options {
+    pub filter: Option<String>,
+    /// Largest length to test (lower under `--quick`).
+    pub max_len: usize,
+}
+
+impl Options {
+    pub fn from_args() -> Options {
+        let mut options = Options { filter: None, max_len: usize::MAX };
+        for arg in std::env::args().skip(1) {
+            match arg.as_str() {
+                "--quick" => options.max_len = 1 << 20,
+                // Flags cargo's test runner passes to every test binary.
+                flag if flag.starts_with('-') => {}
+                filter => options.filter = Some(filter.to_string()),
+            }
+        }
+        options
+    }
+}
+
+pub struct Suite {
+    pub gpu: Gpu,
+    pub stream: Stream,
+    pub options: Options,
+    seed: u64,
+    passed: usize,
+    failed: Vec<String>,
+}
+
+/// What a case measured: its max relative error, with the worst element.
+pub struct Measured {
+    pub error: f64,
+    pub detail: String,
+}
+
+impl Suite {
+    pub fn new(gpu: Gpu, options: Options) -> rill::Result<Suite> {
+        let stream = gpu.stream()?;
+        let seed = run_seed();
+        println!("gpu: {} (sm_{}{}), seed {seed}", gpu.info().name, gpu.info().compute_capability.0, gpu.info().compute_capability.1);
+        Ok(Suite { gpu, stream, options, seed, passed: 0, failed: Vec::new() })
+    }
+
+    pub fn wants(&self, name: &str) -> bool {
+        self.options.filter.as_ref().is_none_or(|f| name.contains(f.as_str()))
+    }
+
+    /// Runs one case: `body` gets the case's rng and returns the measured error, which must
+    /// stay under `limit`.
+    pub fn case(&mut self, name: &str, limit: f64, body: impl FnOnce(&mut Self, &mut Rng) -> rill::Result<Measured>) {
+        if !self.wants(name) {
+            return;
+        }
+        let seed = case_seed(self.seed, name);
+        let mut rng = Rng::new(seed);
+        match body(self, &mut rng) {
+            Ok(m) if m.error < limit => self.passed += 1,
+            Ok(m) => self.fail(format!("{name}: max relative error {:e} over {limit:e} ({}) [RILL_SEED={}]", m.error, m.detail, self.seed)),
+            Err(error) => self.fail(format!("{name}: {error} [RILL_SEED={}]", self.seed)),
+        }
+    }
+
+    /// Runs one case that must fail with `rill::Error::InvalidInput` or `Unsupported`.
+    pub fn rejects(&mut self, name: &str, body: impl FnOnce(&mut Self) -> rill::Result<()>) {
+        if !self.wants(name) {
+            return;
+        }
+        match body(self) {
+            Err(rill::Error::InvalidInput(_) | rill::Error::Unsupported(_)) => self.passed += 1,
+            Err(other) => self.fail(format!("{name}: expected a bad-input error, got {other}")),
+            Ok(()) => self.fail(format!("{name}: expected a bad-input error, got success")),
+        }
+    }
+
+    fn fail(&mut self, message: String) {
+        println!("FAILED {message}");
+        self.failed.push(message);
+    }
+
+    /// Prints the summary line; returns the exit code.
+    pub fn finish(&self) -> i32 {
+        println!("gpu: {} passed, {} failed", self.passed, self.failed.len());
+        i32::from(!self.failed.is_empty())
+    }
+
+    /// Values drawn from `domain`, rounded to `T` (so the reference sees what the GPU sees).
+    pub fn random<T: Element>(rng: &mut Rng, domain: Domain, len: usize) -> Vec<T> {
+        (0..len).map(|_| T::from_f64(domain.sample(rng))).collect()
+    }
+
+    /// A device copy of `data` starting `offset` elements into its allocation (offset 1
+    /// makes a view less aligned than any pack).
+    pub fn upload<T: Element>(&self, data: &[T], offset: usize) -> rill::Result<Tensor<T>> {
+        let mut padded = vec![poison::<T>(); offset];
+        padded.extend_from_slice(data);
+        Tensor::from_slice(&self.gpu, &padded, &[padded.len()])
+    }
+
+    /// An output of `len` elements `offset` into its allocation, filled with poison.
+    pub fn poisoned<T: Element>(&self, len: usize, offset: usize) -> rill::Result<Tensor<T>> {
+        Tensor::from_slice(&self.gpu, &vec![poison::<T>(); len + offset], &[len + offset])
+    }
+}
+
+/// `tensor` without its first `offset` elements, as a view of `shape`.
+pub fn view_at<'a, T: Element>(tensor: &'a Tensor<T>, offset: usize, shape: &[usize]) -> rill::Result<View<'a, T>> {
+    tensor.view().slice(offset..tensor.len())?.reshape(shape)
+}
+
+/// Mutable [`view_at`].
+pub fn view_mut_at<'a, T: Element>(tensor: &'a mut Tensor<T>, offset: usize, shape: &[usize]) -> rill::Result<ViewMut<'a, T>> {
+    let len = tensor.len();
+    tensor.view_mut().slice(offset..len)?.reshape(shape)
+}
+
+/// Compares `got` (the output without its offset) with `want`, in parallel for long outputs.
+pub fn measure<T: Element>(got: &[T], want: &[f64]) -> Measured {
+    match max_relative_error(got, want) {
+        Some(w) => Measured { error: w.error, detail: format!("element {}: got {:e}, want {:e}", w.index, w.got, w.want) },
+        None => Measured { error: 0.0, detail: "empty".into() },
+    }
+}
+
+/// `f(i)` for every `i < len`, computed on all cores.
+pub fn parallel_map(len: usize, f: impl Fn(usize) -> f64 + Sync) -> Vec<f64> {
+    let mut out = vec![0.0; len];
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = len.div_ceil(threads).max(1 << 14);
+    std::thread::scope(|scope| {
+        for (c, slice) in out.chunks_mut(chunk).enumerate() {
+            let f = &f;
+            scope.spawn(move || {
+                for (j, v) in slice.iter_mut().enumerate() {
+                    *v = f(c * chunk + j);
+                }
+            });
+        }
+    });
+    out
+}
+
+pub fn tolerance_of<T: Element>() -> f64 {
+    tolerance(T::DTYPE)
+}

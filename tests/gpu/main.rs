@@ -1,0 +1,23 @@
+//! The GPU integration suite. Without a CUDA device it prints one line and exits 0.
+//!
+//! `cargo test -p rill-tests --test gpu -- [FILTER] [--quick]`: FILTER keeps the cases whose
+//! name contains it; `--quick` skips lengths above 2^20 (for compute-sanitizer runs).
+//! Inputs are fresh random data each run; the run's seed is printed, and `RILL_SEED=<seed>`
+//! repeats it.
+
+mod elementwise;
+mod harness;
+
+fn main() {
+    let options = harness::Options::from_args();
+    let Some(gpu) = rill_tests::gpu_or_skip("gpu") else { return };
+    let mut suite = match harness::Suite::new(gpu, options) {
+        Ok(suite) => suite,
+        Err(error) => {
+            println!("gpu: could not create a stream: {error}");
+            std::process::exit(1);
+        }
+    };
+    elementwise::run(&mut suite);
+    std::process::exit(suite.finish());
+}

@@ -1,0 +1,19 @@
+//! Shared pieces of rill's tests and benchmarks: f64 CPU references ([`reference`]),
+//! seeded random inputs ([`random`]), error measurement ([`check`]) and the shape tables
+//! both the tests and the benchmarks use ([`shapes`]).
+
+pub mod check;
+pub mod random;
+pub mod reference;
+pub mod shapes;
+
+/// The GPU, or `None` after printing one line saying why `suite` is skipped.
+pub fn gpu_or_skip(suite: &str) -> Option<rill::Gpu> {
+    match rill::Gpu::new(0) {
+        Ok(gpu) => Some(gpu),
+        Err(error) => {
+            println!("{suite}: skipped, no CUDA device ({error})");
+            None
+        }
+    }
+}

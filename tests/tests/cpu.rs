@@ -1,0 +1,93 @@
+//! CPU-only checks: the device functors' f32 math (compiled for the host) against the f64
+//! references, and the PTX the builder produced.
+
+use rill::elementwise::KERNELS;
+use rill::PtxModule;
+use rill_kernels_gpu::functor::*;
+use rill_tests::random::Rng;
+use rill_tests::reference::ELEMENTWISE_OPS;
+
+/// The f32 math of functor `name` on the host.
+fn functor(name: &str) -> fn(&[f64]) -> f32 {
+    fn args<const K: usize>(x: &[f64]) -> [f32; K] {
+        std::array::from_fn(|k| x[k] as f32)
+    }
+    match name {
+        "relu" => |x| Relu::apply(args(x)),
+        "gelu" => |x| Gelu::apply(args(x)),
+        "gelu_tanh" => |x| GeluTanh::apply(args(x)),
+        "silu" => |x| Silu::apply(args(x)),
+        "sigmoid" => |x| Sigmoid::apply(args(x)),
+        "add" => |x| Add::apply(args(x)),
+        "sub" => |x| Sub::apply(args(x)),
+        "mul" => |x| Mul::apply(args(x)),
+        "div" => |x| Div::apply(args(x)),
+        "fma" => |x| Fma::apply(args(x)),
+        "bias_add_gelu" => |x| BiasAddGelu::apply(args(x)),
+        other => panic!("no functor for {other}"),
+    }
+}
+
+#[test]
+fn functor_math_matches_f64_references_within_f32_tolerance() {
+    let mut rng = Rng::new(rill_tests::random::run_seed());
+    for op in ELEMENTWISE_OPS {
+        let f = functor(op.name);
+        let mut worst = 0.0f64;
+        for _ in 0..200_000 {
+            // Round inputs to f32 first: the reference sees exactly what the functor sees.
+            let x: Vec<f64> = op.domains.iter().map(|d| d.sample(&mut rng) as f32 as f64).collect();
+            let want = (op.reference)(&x);
+            let got = f(&x) as f64;
+            worst = worst.max((got - want).abs() / want.abs().max(f32::MIN_POSITIVE as f64));
+        }
+        assert!(worst < 1e-5, "{}: max relative error {worst:e}", op.name);
+    }
+}
+
+#[test]
+fn functor_math_is_accurate_in_the_far_tails() {
+    for x in [-12.0f64, -9.5, -7.25, 7.25, 12.0] {
+        for op in ELEMENTWISE_OPS.iter().filter(|op| op.arity == 1) {
+            let want = (op.reference)(&[x]);
+            let got = functor(op.name)(&[x]) as f64;
+            let err = (got - want).abs() / want.abs().max(f32::MIN_POSITIVE as f64);
+            assert!(err < 1e-5 || want.abs() < 1e-30, "{} at {x}: got {got:e}, want {want:e}", op.name);
+        }
+    }
+}
+
+/// The body of kernel `symbol` in `ptx`.
+fn kernel_body<'a>(ptx: &'a str, symbol: &str) -> &'a str {
+    let start = ptx.find(&format!(".entry {symbol}(")).unwrap_or_else(|| panic!("{symbol} not in PTX"));
+    let rest = &ptx[start..];
+    let end = rest.find("\n}\n").map_or(rest.len(), |e| e + 3);
+    &rest[..end]
+}
+
+#[test]
+fn elementwise_kernels_use_16_byte_accesses_and_no_local_memory() {
+    let ptx = PtxModule::Elementwise.ptx();
+    for kernel in KERNELS {
+        let body = kernel_body(ptx, kernel.symbol);
+        assert!(body.contains("ld.global.nc.v4.u32") || kernel.input.size() < kernel.output.size(), "{}: no 16-byte load", kernel.symbol);
+        assert!(body.contains("st.global.v4.u32") || kernel.output.size() < kernel.input.size(), "{}: no 16-byte store", kernel.symbol);
+        assert!(!body.contains(".local"), "{}: uses local memory", kernel.symbol);
+        assert!(!body.contains("call"), "{}: calls a function (a panic path?)", kernel.symbol);
+        assert!(!body.contains("div.rn.f32") && !body.contains("div.full"), "{}: IEEE division", kernel.symbol);
+    }
+}
+
+#[test]
+fn paired_16_bit_ops_use_half2_instructions() {
+    let ptx = PtxModule::Elementwise.ptx();
+    for (symbol, instruction) in [
+        ("rill_add_f16_f16", "fma.rn.f16x2"),
+        ("rill_mul_bf16_bf16", "fma.rn.bf16x2"),
+        ("rill_fma_f16_f16", "fma.rn.f16x2"),
+        ("rill_relu_f16_f16", "max.NaN.f16x2"),
+        ("rill_relu_bf16_bf16", "max.NaN.bf16x2"),
+    ] {
+        assert!(kernel_body(ptx, symbol).contains(instruction), "{symbol} lacks {instruction}");
+    }
+}
