@@ -90,7 +90,12 @@ fn run(gpu: &Gpu, options: &Options) -> rill::Result<()> {
     for r in &rows {
         println!(
             "{:<14} {:<5} {:>10} {:>10.2} {:>9.1} {:>6.1}%",
-            r.op, r.dtype, r.len, r.micros, r.gbps, 100.0 * r.of_copy
+            r.op,
+            r.dtype,
+            r.len,
+            r.micros,
+            r.gbps,
+            100.0 * r.of_copy
         );
     }
     Ok(())
@@ -102,7 +107,12 @@ fn buffer_sets(gpu: &Gpu, bytes_per_set: usize) -> usize {
 }
 
 /// Median device time of one call of `launch(set)`, in microseconds.
-fn median_micros(stream: &Stream, sets: usize, bytes: usize, mut launch: impl FnMut(usize) -> rill::Result<()>) -> rill::Result<f64> {
+fn median_micros(
+    stream: &Stream,
+    sets: usize,
+    bytes: usize,
+    mut launch: impl FnMut(usize) -> rill::Result<()>,
+) -> rill::Result<f64> {
     // Enough launches per timed batch for about 2 ms at 3 TB/s.
     let per_batch = (2e-3 * 3e12 / bytes as f64).ceil().clamp(1.0, 500.0) as usize;
     for set in 0..sets.max(3) {
@@ -120,8 +130,7 @@ fn median_micros(stream: &Stream, sets: usize, bytes: usize, mut launch: impl Fn
 fn sweep<T: Element>(gpu: &Gpu, stream: &Stream, options: &Options, rows: &mut Vec<Row>) -> rill::Result<()> {
     use rill::elementwise as ew;
     let dtype = T::DTYPE.name();
-    let lengths: Vec<usize> =
-        if options.quick { vec![1 << 20, 1 << 24] } else { ELEMENTWISE_BENCH_LENGTHS.to_vec() };
+    let lengths: Vec<usize> = if options.quick { vec![1 << 20, 1 << 24] } else { ELEMENTWISE_BENCH_LENGTHS.to_vec() };
     for &len in &lengths {
         let size = size_of::<T>();
         let sets = buffer_sets(gpu, 4 * len * size);
@@ -135,7 +144,8 @@ fn sweep<T: Element>(gpu: &Gpu, stream: &Stream, options: &Options, rows: &mut V
                 Ok([t()?, t()?, t()?, t()?])
             })
             .collect::<rill::Result<_>>()?;
-        let mut outputs: Vec<Tensor<T>> = tensors.iter().map(|_| Tensor::zeros(gpu, &[len])).collect::<rill::Result<_>>()?;
+        let mut outputs: Vec<Tensor<T>> =
+            tensors.iter().map(|_| Tensor::zeros(gpu, &[len])).collect::<rill::Result<_>>()?;
 
         let copy_bytes = 2 * len * size;
         let copy_us = median_micros(stream, sets, copy_bytes, |s| {

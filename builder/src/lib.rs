@@ -27,11 +27,20 @@ pub enum BuildError {
     /// The arch is not of the form `sm_XY` with XY >= 80.
     UnsupportedArch(String),
     /// A toolchain component is missing; the message names it and how to install it.
-    MissingComponent { component: &'static str, looked_at: PathBuf },
+    MissingComponent {
+        component: &'static str,
+        looked_at: PathBuf,
+    },
     /// `cargo` or `rustc` could not be started.
-    Spawn { program: &'static str, error: std::io::Error },
+    Spawn {
+        program: &'static str,
+        error: std::io::Error,
+    },
     /// The nested build failed; its output was passed through.
-    CargoFailed { module: String, status: std::process::ExitStatus },
+    CargoFailed {
+        module: String,
+        status: std::process::ExitStatus,
+    },
     /// The build succeeded but left no PTX where expected.
     NoPtx(PathBuf),
     Io(PathBuf, std::io::Error),
@@ -164,9 +173,7 @@ fn check_toolchain(crate_dir: &Path) -> Result<(), BuildError> {
 
 fn host_triple(crate_dir: &Path) -> Option<String> {
     let output = clean_command("rustc").current_dir(crate_dir).arg("-vV").output().ok()?;
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .find_map(|line| line.strip_prefix("host: ").map(str::to_string))
+    String::from_utf8_lossy(&output.stdout).lines().find_map(|line| line.strip_prefix("host: ").map(str::to_string))
 }
 
 #[cfg(test)]

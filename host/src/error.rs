@@ -40,7 +40,11 @@ impl DriverContext<()> for CUresult {
         // SAFETY: cuGetErrorString writes a pointer to a static string, or leaves it null.
         let message = unsafe {
             cust::sys::cuGetErrorString(self, &mut text);
-            if text.is_null() { "unknown error".to_string() } else { std::ffi::CStr::from_ptr(text).to_string_lossy().into_owned() }
+            if text.is_null() {
+                "unknown error".to_string()
+            } else {
+                std::ffi::CStr::from_ptr(text).to_string_lossy().into_owned()
+            }
         };
         Err(Error::Driver { call, code: self as u32, message })
     }

@@ -26,7 +26,7 @@ mod tensor;
 
 pub use error::{Error, Result};
 pub use gpu::{DeviceInfo, Gpu, Stream};
-pub use launch::{grid_stride_blocks, LaunchConfig, WAVES};
+pub use launch::{LaunchConfig, WAVES, grid_stride_blocks};
 pub use module::PtxModule;
 pub use ops::elementwise;
-pub use tensor::{copy, AsView, AsViewMut, DType, Element, Tensor, View, ViewMut};
+pub use tensor::{AsView, AsViewMut, DType, Element, Tensor, View, ViewMut, copy};

@@ -4,6 +4,7 @@ use crate::error::{DriverContext, Error, Result};
 use cust::module::Module;
 use cust::sys::CUfunction;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::Mutex;
 
 /// The PTX modules of the device crate (one per op family).
@@ -51,13 +52,13 @@ impl Modules {
             return Ok(*kernel);
         }
         let mut loaded = self.loaded.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if !loaded.contains_key(&module) {
-            let source = module.ptx();
-            loaded.insert(module, Module::from_ptx(source, &[]).during("cuModuleLoadData")?);
-        }
-        let function = loaded[&module].get_function(symbol).map_err(|_| {
-            Error::Unsupported(format!("kernel `{symbol}` is not in PTX module `{}`", module.name()))
-        })?;
+        let loaded_module = match loaded.entry(module) {
+            Entry::Occupied(entry) => entry.into_mut(),
+            Entry::Vacant(entry) => entry.insert(Module::from_ptx(module.ptx(), &[]).during("cuModuleLoadData")?),
+        };
+        let function = loaded_module
+            .get_function(symbol)
+            .map_err(|_| Error::Unsupported(format!("kernel `{symbol}` is not in PTX module `{}`", module.name())))?;
         let kernel = Kernel(function.to_raw());
         kernels.insert(symbol, kernel);
         Ok(kernel)

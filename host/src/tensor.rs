@@ -2,7 +2,7 @@
 //! that carry shape, dtype and address, so ops can check shapes and alignment before any
 //! launch. Tensors are contiguous and row-major; a view may start at any element offset.
 
-use crate::error::{invalid, DriverContext, Result};
+use crate::error::{DriverContext, Result, invalid};
 use crate::gpu::Gpu;
 use cust::memory::{CopyDestination, DeviceBuffer, DeviceCopy};
 use std::marker::PhantomData;
@@ -86,7 +86,8 @@ impl<T: Element> Tensor<T> {
             // before anyone can read it.
             unsafe {
                 let buffer = DeviceBuffer::<T>::uninitialized(len).during("cuMemAlloc")?;
-                cust::sys::cuMemsetD8_v2(buffer.as_device_ptr().as_raw(), 0, len * size_of::<T>()).during("cuMemsetD8")?;
+                cust::sys::cuMemsetD8_v2(buffer.as_device_ptr().as_raw(), 0, len * size_of::<T>())
+                    .during("cuMemsetD8")?;
                 Some(buffer)
             }
         };

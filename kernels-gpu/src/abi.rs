@@ -78,14 +78,7 @@ macro_rules! dtype_of {
 #[macro_export]
 macro_rules! kernel_symbol {
     ($op:ident, $input:ident, $output:ident) => {
-        concat!(
-            "rill_",
-            stringify!($op),
-            "_",
-            stringify!($input),
-            "_",
-            stringify!($output)
-        )
+        concat!("rill_", stringify!($op), "_", stringify!($input), "_", stringify!($output))
     };
 }
 

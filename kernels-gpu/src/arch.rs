@@ -219,15 +219,18 @@ mod device {
 
     shuffle!(
         /// Value of lane `lane ^ operand` within each group of `width` lanes.
-        shfl_xor_u32, "bfly"
+        shfl_xor_u32,
+        "bfly"
     );
     shuffle!(
         /// Value of lane `lane + operand` within each group of `width` lanes (own value past the end).
-        shfl_down_u32, "down"
+        shfl_down_u32,
+        "down"
     );
     shuffle!(
         /// Value of lane `operand` of this lane's group of `width` lanes.
-        shfl_idx_u32, "idx"
+        shfl_idx_u32,
+        "idx"
     );
 
     /// [`shfl_xor_u32`] on an f32.
@@ -388,18 +391,26 @@ mod device {
 
     paired!(
         /// Two f16 lanes: `a * b + c`, each rounded once.
-        fma_f16x2, "fma.rn.f16x2 {d}, {a}, {b}, {c};", (a, b, c)
+        fma_f16x2,
+        "fma.rn.f16x2 {d}, {a}, {b}, {c};",
+        (a, b, c)
     );
     paired!(
         /// Two bf16 lanes: `a * b + c`, each rounded once.
-        fma_bf16x2, "fma.rn.bf16x2 {d}, {a}, {b}, {c};", (a, b, c)
+        fma_bf16x2,
+        "fma.rn.bf16x2 {d}, {a}, {b}, {c};",
+        (a, b, c)
     );
     paired!(
         /// Two f16 lanes: max, NaN propagating.
-        max_nan_f16x2, "max.NaN.f16x2 {d}, {a}, {b};", (a, b)
+        max_nan_f16x2,
+        "max.NaN.f16x2 {d}, {a}, {b};",
+        (a, b)
     );
     paired!(
         /// Two bf16 lanes: max, NaN propagating.
-        max_nan_bf16x2, "max.NaN.bf16x2 {d}, {a}, {b};", (a, b)
+        max_nan_bf16x2,
+        "max.NaN.bf16x2 {d}, {a}, {b};",
+        (a, b)
     );
 }

@@ -10,10 +10,7 @@
 //! vectorized accesses and the Load/Store traits; `ops/` holds one generic body per op family;
 //! `entry` instantiates the exported kernels from the tables in [`abi`].
 #![cfg_attr(target_arch = "nvptx64", no_std)]
-#![cfg_attr(
-    target_arch = "nvptx64",
-    feature(abi_ptx, stdarch_nvptx, asm_experimental_arch)
-)]
+#![cfg_attr(target_arch = "nvptx64", feature(abi_ptx, stdarch_nvptx, asm_experimental_arch))]
 #![feature(f16)]
 
 pub mod abi;

@@ -5,7 +5,7 @@
 //! rows through a [`Load`] and write them through a [`Store`], so fusing a neighbouring
 //! op (a scale, a mask, a residual add, a cast) is a new functor, not a new kernel.
 
-use crate::arch::{load_global_nc, store_global, GlobalAddr};
+use crate::arch::{GlobalAddr, load_global_nc, store_global};
 use crate::scalar::Scalar;
 use core::marker::PhantomData;
 

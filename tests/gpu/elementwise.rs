@@ -1,11 +1,11 @@
 //! Elementwise ops: every op x dtype x length, misaligned views, and bad input.
 
-use crate::harness::{measure, parallel_map, tolerance_of, view_at, view_mut_at, Suite};
+use crate::harness::{Suite, measure, parallel_map, tolerance_of, view_at, view_mut_at};
 use half::{bf16, f16};
 use rill::elementwise as ew;
 use rill::{Element, Stream, Tensor, View, ViewMut};
 use rill_tests::random::Domain;
-use rill_tests::reference::{ElementwiseOp, ELEMENTWISE_OPS};
+use rill_tests::reference::{ELEMENTWISE_OPS, ElementwiseOp};
 use rill_tests::shapes::{BIAS_COLS, ELEMENTWISE_TEST_LENGTHS};
 
 pub fn run(suite: &mut Suite) {
@@ -31,7 +31,11 @@ fn for_dtype<T: Element>(suite: &mut Suite) {
             // Misaligned views on mid-size shapes; aligned everywhere.
             let offsets = if (1000..=(1 << 21)).contains(&len) { OFFSETS } else { &OFFSETS[..1] };
             for &(input_offset, output_offset) in offsets {
-                let name = format!("elementwise/{}/{}/{shape:?}/offset={input_offset},{output_offset}", op.name, T::DTYPE.name());
+                let name = format!(
+                    "elementwise/{}/{}/{shape:?}/offset={input_offset},{output_offset}",
+                    op.name,
+                    T::DTYPE.name()
+                );
                 suite.case(&name, tolerance_of::<T>(), |suite, rng| {
                     let inputs: Vec<Vec<T>> = (0..op.arity)
                         .map(|k| {
@@ -43,7 +47,10 @@ fn for_dtype<T: Element>(suite: &mut Suite) {
                     let cols = *shape.last().unwrap_or(&1);
                     let want = parallel_map(len, |i| {
                         let x: Vec<f64> = (0..op.arity)
-                            .map(|k| if op.broadcasts_last && k == op.arity - 1 { inputs[k][i % cols] } else { inputs[k][i] }.to_f64())
+                            .map(|k| {
+                                if op.broadcasts_last && k == op.arity - 1 { inputs[k][i % cols] } else { inputs[k][i] }
+                                    .to_f64()
+                            })
                             .collect();
                         (op.reference)(&x)
                     });
@@ -65,12 +72,12 @@ fn launch_op<T: Element>(
 ) -> rill::Result<Vec<T>> {
     let tensors: Vec<Tensor<T>> = inputs.iter().map(|x| suite.upload(x, input_offset)).collect::<rill::Result<_>>()?;
     let len: usize = shape.iter().product();
+    let bias_shape = [*shape.last().unwrap_or(&1)];
     let views: Vec<View<'_, T>> = tensors
         .iter()
-        .zip(inputs)
-        .map(|(t, x)| {
-            let bias_shape = [x.len()];
-            view_at(t, input_offset, if x.len() == len { shape } else { &bias_shape })
+        .enumerate()
+        .map(|(k, t)| {
+            view_at(t, input_offset, if op.broadcasts_last && k == op.arity - 1 { &bias_shape } else { shape })
         })
         .collect::<rill::Result<_>>()?;
     let mut output = suite.poisoned::<T>(len, output_offset)?;
@@ -113,12 +120,20 @@ fn cast_pair<I: Element, O: Element>(suite: &mut Suite) {
     let max_len = suite.options.max_len;
     for &len in ELEMENTWISE_TEST_LENGTHS.iter().filter(|&&n| n <= max_len) {
         for &(input_offset, output_offset) in if (1000..=(1 << 21)).contains(&len) { OFFSETS } else { &OFFSETS[..1] } {
-            let name = format!("elementwise/cast/{}->{}/[{len}]/offset={input_offset},{output_offset}", I::DTYPE.name(), O::DTYPE.name());
+            let name = format!(
+                "elementwise/cast/{}->{}/[{len}]/offset={input_offset},{output_offset}",
+                I::DTYPE.name(),
+                O::DTYPE.name()
+            );
             suite.case(&name, tolerance_of::<O>(), |suite, rng| {
                 let x: Vec<I> = Suite::random(rng, Domain::Symmetric(1000.0), len);
                 let input = suite.upload(&x, input_offset)?;
                 let mut output = suite.poisoned::<O>(len, output_offset)?;
-                ew::cast(&suite.stream, &view_at(&input, input_offset, &[len])?, &mut view_mut_at(&mut output, output_offset, &[len])?)?;
+                ew::cast(
+                    &suite.stream,
+                    &view_at(&input, input_offset, &[len])?,
+                    &mut view_mut_at(&mut output, output_offset, &[len])?,
+                )?;
                 suite.stream.synchronize()?;
                 let got = output.to_vec()?.split_off(output_offset);
                 let want: Vec<f64> = x.iter().map(|v| v.to_f64()).collect();

@@ -2,7 +2,7 @@
 
 use rill::{Element, Gpu, Stream, Tensor, View, ViewMut};
 use rill_tests::check::{max_relative_error, poison, tolerance};
-use rill_tests::random::{case_seed, run_seed, Domain, Rng};
+use rill_tests::random::{Domain, Rng, case_seed, run_seed};
 
 pub struct Options {
     pub filter: Option<String>,
@@ -44,7 +44,12 @@ impl Suite {
     pub fn new(gpu: Gpu, options: Options) -> rill::Result<Suite> {
         let stream = gpu.stream()?;
         let seed = run_seed();
-        println!("gpu: {} (sm_{}{}), seed {seed}", gpu.info().name, gpu.info().compute_capability.0, gpu.info().compute_capability.1);
+        println!(
+            "gpu: {} (sm_{}{}), seed {seed}",
+            gpu.info().name,
+            gpu.info().compute_capability.0,
+            gpu.info().compute_capability.1
+        );
         Ok(Suite { gpu, stream, options, seed, passed: 0, failed: Vec::new() })
     }
 
@@ -62,7 +67,10 @@ impl Suite {
         let mut rng = Rng::new(seed);
         match body(self, &mut rng) {
             Ok(m) if m.error < limit => self.passed += 1,
-            Ok(m) => self.fail(format!("{name}: max relative error {:e} over {limit:e} ({}) [RILL_SEED={}]", m.error, m.detail, self.seed)),
+            Ok(m) => self.fail(format!(
+                "{name}: max relative error {:e} over {limit:e} ({}) [RILL_SEED={}]",
+                m.error, m.detail, self.seed
+            )),
             Err(error) => self.fail(format!("{name}: {error} [RILL_SEED={}]", self.seed)),
         }
     }
@@ -115,7 +123,11 @@ pub fn view_at<'a, T: Element>(tensor: &'a Tensor<T>, offset: usize, shape: &[us
 }
 
 /// Mutable [`view_at`].
-pub fn view_mut_at<'a, T: Element>(tensor: &'a mut Tensor<T>, offset: usize, shape: &[usize]) -> rill::Result<ViewMut<'a, T>> {
+pub fn view_mut_at<'a, T: Element>(
+    tensor: &'a mut Tensor<T>,
+    offset: usize,
+    shape: &[usize],
+) -> rill::Result<ViewMut<'a, T>> {
     let len = tensor.len();
     tensor.view_mut().slice(offset..len)?.reshape(shape)
 }
@@ -123,7 +135,9 @@ pub fn view_mut_at<'a, T: Element>(tensor: &'a mut Tensor<T>, offset: usize, sha
 /// Compares `got` (the output without its offset) with `want`, in parallel for long outputs.
 pub fn measure<T: Element>(got: &[T], want: &[f64]) -> Measured {
     match max_relative_error(got, want) {
-        Some(w) => Measured { error: w.error, detail: format!("element {}: got {:e}, want {:e}", w.index, w.got, w.want) },
+        Some(w) => {
+            Measured { error: w.error, detail: format!("element {}: got {:e}, want {:e}", w.index, w.got, w.want) }
+        }
         None => Measured { error: 0.0, detail: "empty".into() },
     }
 }

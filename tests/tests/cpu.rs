@@ -1,8 +1,8 @@
 //! CPU-only checks: the device functors' f32 math (compiled for the host) against the f64
 //! references, and the PTX the builder produced.
 
-use rill::elementwise::KERNELS;
 use rill::PtxModule;
+use rill::elementwise::KERNELS;
 use rill_kernels_gpu::functor::*;
 use rill_tests::random::Rng;
 use rill_tests::reference::ELEMENTWISE_OPS;
@@ -70,8 +70,16 @@ fn elementwise_kernels_use_16_byte_accesses_and_no_local_memory() {
     let ptx = PtxModule::Elementwise.ptx();
     for kernel in KERNELS {
         let body = kernel_body(ptx, kernel.symbol);
-        assert!(body.contains("ld.global.nc.v4.u32") || kernel.input.size() < kernel.output.size(), "{}: no 16-byte load", kernel.symbol);
-        assert!(body.contains("st.global.v4.u32") || kernel.output.size() < kernel.input.size(), "{}: no 16-byte store", kernel.symbol);
+        assert!(
+            body.contains("ld.global.nc.v4.u32") || kernel.input.size() < kernel.output.size(),
+            "{}: no 16-byte load",
+            kernel.symbol
+        );
+        assert!(
+            body.contains("st.global.v4.u32") || kernel.output.size() < kernel.input.size(),
+            "{}: no 16-byte store",
+            kernel.symbol
+        );
         assert!(!body.contains(".local"), "{}: uses local memory", kernel.symbol);
         assert!(!body.contains("call"), "{}: calls a function (a panic path?)", kernel.symbol);
         assert!(!body.contains("div.rn.f32") && !body.contains("div.full"), "{}: IEEE division", kernel.symbol);

@@ -6,7 +6,7 @@
 //!   copies the executables into one folder (default `.gpu/`) to run on a GPU machine.
 
 use std::path::{Path, PathBuf};
-use std::process::{exit, Command};
+use std::process::{Command, exit};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -60,7 +60,7 @@ const OPS: &[Op] = &[
         name: "to",
         files: &["input"],
         options: &[("dtype", "--dtype float32|float16")],
-        summary: "input converted to --dtype (bfloat16 has no .npy dtype, so it is not offered)",
+        summary: "input converted to --dtype, rounding to nearest even (PyTorch's Tensor.to)",
     },
 ];
 
@@ -126,7 +126,7 @@ fn help() -> String {
     for op in OPS {
         let mut flags: Vec<String> = op.files.iter().map(|f| format!("--{f} FILE")).collect();
         flags.extend(op.options.iter().map(|(_, shown)| shown.to_string()));
-        text.push_str(&format!("  {:<14}{}\n  {:<14}  = {}\n", op.name, flags.join(" "), "", op.summary));
+        text.push_str(&format!("  {:<14}{}\n  {:<14}{}\n", op.name, flags.join(" "), "", op.summary));
     }
     text.push_str(
         "\nEvery op also takes --output FILE. Inputs must all be float32 or all float16 ('<f4' or\n\
@@ -226,7 +226,9 @@ impl Invocation {
             "gelu" => match self.get("approximate") {
                 None | Some("none") => Kernel::Gelu,
                 Some("tanh") => Kernel::GeluTanh,
-                Some(other) => return Err(usage(format!("--approximate must be none or tanh, not {other:?}"))),
+                Some(other) => {
+                    return Err(usage(format!("--approximate must be none or tanh, not {other:?}")));
+                }
             },
             "silu" => Kernel::Silu,
             "sigmoid" => Kernel::Sigmoid,
@@ -244,9 +246,13 @@ impl Invocation {
                     "float32" | "float" => Kernel::To(Dtype::F32),
                     "float16" | "half" => Kernel::To(Dtype::F16),
                     "bfloat16" => {
-                        return Err(usage("bfloat16 has no .npy dtype, so `to` cannot write it; use float32 or float16"));
+                        return Err(usage(
+                            "bfloat16 has no .npy dtype, so `to` cannot write it; use float32 or float16",
+                        ));
                     }
-                    other => return Err(usage(format!("--dtype must be float32 or float16, not {other:?}"))),
+                    other => {
+                        return Err(usage(format!("--dtype must be float32 or float16, not {other:?}")));
+                    }
                 }
             }
             other => return Err(usage(format!("op {other:?} has no kernel"))),
@@ -370,7 +376,9 @@ fn execute<T: NpyElement>(gpu: &Gpu, kernel: Kernel, inputs: &[Input]) -> rill::
         .iter()
         .map(|input| match T::slice(&input.array.data) {
             Some(values) => Tensor::<T>::from_slice(gpu, values, &input.array.shape),
-            None => Err(rill::Error::InvalidInput(format!("--{} {} is not {}", input.flag, input.path, T::DTYPE.name()))),
+            None => {
+                Err(rill::Error::InvalidInput(format!("--{} {} is not {}", input.flag, input.path, T::DTYPE.name())))
+            }
         })
         .collect::<rill::Result<Vec<_>>>()?;
     match kernel {
@@ -392,7 +400,9 @@ fn execute<T: NpyElement>(gpu: &Gpu, kernel: Kernel, inputs: &[Input]) -> rill::
                 // addcmul(input, tensor1, tensor2) = tensor1 * tensor2 + input.
                 (Kernel::Addcmul, [c, a, b]) => elementwise::fma(&stream, a, b, c, &mut y)?,
                 (Kernel::BiasAddGelu, [a, bias]) => elementwise::bias_add_gelu(&stream, a, bias, &mut y)?,
-                _ => return Err(rill::Error::InvalidInput(format!("wrong number of inputs ({})", x.len()))),
+                _ => {
+                    return Err(rill::Error::InvalidInput(format!("wrong number of inputs ({})", x.len())));
+                }
             }
             stream.synchronize()?;
             Ok(T::wrap(y.to_vec()?))

@@ -4,13 +4,13 @@
 //! Each op validates its arguments, picks the widest pack every address allows
 //! ([`choose_pack`]) and launches the grid-stride kernel. Empty tensors are a no-op.
 
-use crate::error::{invalid, Error, Result};
-use crate::launch::{grid_stride_blocks, launch, LaunchConfig};
+use crate::Stream;
+use crate::error::{Error, Result, invalid};
+use crate::launch::{LaunchConfig, grid_stride_blocks, launch};
 use crate::module::PtxModule;
 use crate::tensor::{AsView, AsViewMut, DType, Element, View};
-use crate::Stream;
 use rill_kernels_gpu::abi::{
-    max_pack, ElementwiseArgs, ELEMENTWISE_BLOCK_SIZE, ELEMENTWISE_MAX_INPUTS, ELEMENTWISE_PACKS_PER_THREAD,
+    ELEMENTWISE_BLOCK_SIZE, ELEMENTWISE_MAX_INPUTS, ELEMENTWISE_PACKS_PER_THREAD, ElementwiseArgs, max_pack,
 };
 use rill_kernels_gpu::{dtype_of, for_each_elementwise_kernel, kernel_symbol};
 
@@ -75,7 +75,11 @@ pub fn choose_pack(max_pack: usize, arrays: &[(u64, usize)], broadcast_len: Opti
 /// Launch geometry for `len` elements in packs of `pack`.
 pub fn launch_config(len: usize, pack: usize, device: &crate::DeviceInfo) -> LaunchConfig {
     let threads = (len / pack).div_ceil(ELEMENTWISE_PACKS_PER_THREAD) as u64;
-    LaunchConfig { grid: grid_stride_blocks(threads, ELEMENTWISE_BLOCK_SIZE, device), block: ELEMENTWISE_BLOCK_SIZE, shared_bytes: 0 }
+    LaunchConfig {
+        grid: grid_stride_blocks(threads, ELEMENTWISE_BLOCK_SIZE, device),
+        block: ELEMENTWISE_BLOCK_SIZE,
+        shared_bytes: 0,
+    }
 }
 
 /// Validates and launches elementwise kernel `op`. With `broadcast`, the last input is a
@@ -93,14 +97,21 @@ fn run<I: Element, O: Element>(
     let (same_shape, broadcast_input) = if broadcast { inputs.split_at(inputs.len() - 1) } else { (inputs, &[][..]) };
     for (k, input) in same_shape.iter().enumerate() {
         if input.shape() != output.shape() {
-            invalid!("`{op}`: input {k} has shape {:?} but the output has shape {:?}; they must match", input.shape(), output.shape());
+            invalid!(
+                "`{op}`: input {k} has shape {:?} but the output has shape {:?}; they must match",
+                input.shape(),
+                output.shape()
+            );
         }
     }
     let broadcast_len = match broadcast_input {
         [bias] => {
             let cols = output.shape().last().copied().unwrap_or(1);
             if bias.shape() != [cols] {
-                invalid!("`{op}`: the bias has shape {:?} but must be [{cols}], the output's last dimension", bias.shape());
+                invalid!(
+                    "`{op}`: the bias has shape {:?} but must be [{cols}], the output's last dimension",
+                    bias.shape()
+                );
             }
             Some(cols)
         }

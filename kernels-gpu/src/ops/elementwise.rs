@@ -2,8 +2,8 @@
 //! over packs with every thread issuing all its loads before any arithmetic, then the
 //! elements past the last whole pack, one per thread.
 
-use crate::abi::{ElementwiseArgs, ELEMENTWISE_PACKS_PER_THREAD as UNROLL};
-use crate::arch::{block_dim_x, block_idx_x, grid_dim_x, thread_idx_x, GlobalAddr};
+use crate::abi::{ELEMENTWISE_PACKS_PER_THREAD as UNROLL, ElementwiseArgs};
+use crate::arch::{GlobalAddr, block_dim_x, block_idx_x, grid_dim_x, thread_idx_x};
 use crate::functor::Functor;
 use crate::pack::Pack;
 use crate::scalar::Scalar;
@@ -35,9 +35,7 @@ const fn fits<I: Scalar, O: Scalar>(n: usize) -> bool {
 }
 
 #[inline(always)]
-unsafe fn packs<F: Functor<K>, I: Scalar, O: Scalar, const K: usize, const N: usize>(
-    args: &ElementwiseArgs,
-) {
+unsafe fn packs<F: Functor<K>, I: Scalar, O: Scalar, const K: usize, const N: usize>(args: &ElementwiseArgs) {
     // SAFETY (whole body): the caller vouches for the arrays; every pack index below is
     // under `len / N` and every tail index under `len`.
     unsafe {
@@ -84,9 +82,7 @@ unsafe fn packs<F: Functor<K>, I: Scalar, O: Scalar, const K: usize, const N: us
 /// The functor over one pack: two lanes at a time where input and output share a 16-bit
 /// type and the functor has a paired form, else lane by lane in f32.
 #[inline(always)]
-fn apply<F: Functor<K>, I: Scalar, O: Scalar, const K: usize, const N: usize>(
-    x: &[Pack<I, N>; K],
-) -> Pack<O, N> {
+fn apply<F: Functor<K>, I: Scalar, O: Scalar, const K: usize, const N: usize>(x: &[Pack<I, N>; K]) -> Pack<O, N> {
     let lane = |lane: usize| O::from_f32(F::apply(core::array::from_fn(|k| x[k].get(lane).to_f32())));
     let mut y = Pack::<O, N>::new();
     if I::BYTES == 2 && I::DTYPE as u8 == O::DTYPE as u8 && N >= 2 {
