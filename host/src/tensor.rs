@@ -4,6 +4,7 @@
 
 use crate::error::{DriverContext, Result, invalid};
 use crate::gpu::Gpu;
+use cust::context::CurrentContext;
 use cust::memory::{CopyDestination, DeviceBuffer, DeviceCopy};
 use std::marker::PhantomData;
 use std::ops::Range;
@@ -94,21 +95,25 @@ impl<T: Element> Tensor<T> {
         Ok(Tensor { buffer, shape: shape.to_vec(), gpu: gpu.clone() })
     }
 
-    /// Overwrites the tensor with `data` (same element count).
+    /// Overwrites the tensor with `data` (same element count), after all work queued on this
+    /// GPU has finished.
     pub fn copy_from_slice(&mut self, data: &[T]) -> Result<()> {
         if data.len() != self.len() {
             invalid!("tensor of shape {:?} holds {} elements but {} were given", self.shape, self.len(), data.len());
         }
         self.gpu.bind()?;
+        CurrentContext::synchronize().during("cuCtxSynchronize")?;
         match &mut self.buffer {
             Some(buffer) => buffer.copy_from(data).during("cuMemcpyHtoD"),
             None => Ok(()),
         }
     }
 
-    /// Copies the tensor to the host (waits for work queued on other streams of the context).
+    /// Copies the tensor to the host, after all work queued on this GPU has finished (the
+    /// copy runs on the legacy stream, which does not wait for non-blocking streams).
     pub fn to_vec(&self) -> Result<Vec<T>> {
         self.gpu.bind()?;
+        CurrentContext::synchronize().during("cuCtxSynchronize")?;
         let mut host = vec![T::default(); self.len()];
         if let Some(buffer) = &self.buffer {
             buffer.copy_to(&mut host[..]).during("cuMemcpyDtoH")?;
