@@ -19,10 +19,19 @@ struct Options {
     json: String,
 }
 
+impl Options {
+    /// Whether the filter (if any) selects `name`, or the family it belongs to.
+    fn wants(&self, name: &str) -> bool {
+        self.filter.as_ref().is_none_or(|f| name.contains(f.as_str()) || f.contains(name))
+    }
+}
+
 struct Row {
     op: String,
     dtype: &'static str,
-    len: usize,
+    shape: String,
+    /// The implementation that ran (softmax family), or "-".
+    path: String,
     micros: f64,
     gbps: f64,
     of_copy: f64,
@@ -66,16 +75,22 @@ fn run(gpu: &Gpu, options: &Options) -> rill::Result<()> {
     let info = gpu.info();
     println!("device: {} ({} SMs, {} MB L2)", info.name, info.multiprocessors, info.l2_bytes >> 20);
     let mut rows = Vec::new();
-    sweep::<f32>(gpu, &stream, options, &mut rows)?;
-    sweep::<f16>(gpu, &stream, options, &mut rows)?;
+    if options.wants("elementwise") {
+        sweep::<f32>(gpu, &stream, options, &mut rows)?;
+        sweep::<f16>(gpu, &stream, options, &mut rows)?;
+    }
+    if options.wants("softmax") {
+        softmax_sweep::<f32>(gpu, &stream, options, &mut rows)?;
+        softmax_sweep::<f16>(gpu, &stream, options, &mut rows)?;
+    }
 
     let mut json = String::from("[\n");
     for (i, r) in rows.iter().enumerate() {
         let comma = if i + 1 < rows.len() { "," } else { "" };
         let _ = writeln!(
             json,
-            "  {{\"op\": \"{}\", \"dtype\": \"{}\", \"len\": {}, \"micros\": {:.3}, \"gbps\": {:.1}, \"of_copy\": {:.4}}}{comma}",
-            r.op, r.dtype, r.len, r.micros, r.gbps, r.of_copy
+            "  {{\"op\": \"{}\", \"dtype\": \"{}\", \"shape\": \"{}\", \"path\": \"{}\", \"micros\": {:.3}, \"gbps\": {:.1}, \"of_copy\": {:.4}}}{comma}",
+            r.op, r.dtype, r.shape, r.path, r.micros, r.gbps, r.of_copy
         );
     }
     json.push_str("]\n");
@@ -86,16 +101,12 @@ fn run(gpu: &Gpu, options: &Options) -> rill::Result<()> {
         eprintln!("could not write {}: {error}", options.json);
     }
 
-    println!("\n{:<14} {:<5} {:>10} {:>10} {:>9} {:>7}", "op", "dtype", "n", "time(us)", "GB/s", "%copy");
+    println!("\n{:<22} {:<5} {:>15} {:>10} {:>9} {:>7}  path", "op", "dtype", "shape", "time(us)", "GB/s", "%copy");
     for r in &rows {
+        let percent = 100.0 * r.of_copy;
         println!(
-            "{:<14} {:<5} {:>10} {:>10.2} {:>9.1} {:>6.1}%",
-            r.op,
-            r.dtype,
-            r.len,
-            r.micros,
-            r.gbps,
-            100.0 * r.of_copy
+            "{:<22} {:<5} {:>15} {:>10.2} {:>9.1} {percent:>6.1}%  {}",
+            r.op, r.dtype, r.shape, r.micros, r.gbps, r.path
         );
     }
     Ok(())
@@ -153,10 +164,19 @@ fn sweep<T: Element>(gpu: &Gpu, stream: &Stream, options: &Options, rows: &mut V
             rill::copy(stream, x, &mut outputs[s])
         })?;
         let copy_gbps = copy_bytes as f64 / copy_us / 1e3;
-        rows.push(Row { op: "copy".into(), dtype, len, micros: copy_us, gbps: copy_gbps, of_copy: 1.0 });
+        let shape = format!("[{len}]");
+        rows.push(Row {
+            op: "copy".into(),
+            dtype,
+            shape: shape.clone(),
+            path: "-".into(),
+            micros: copy_us,
+            gbps: copy_gbps,
+            of_copy: 1.0,
+        });
 
         for op in ELEMENTWISE_OPS {
-            if options.filter.as_ref().is_some_and(|f| !op.name.contains(f.as_str())) {
+            if !options.wants(op.name) && !options.wants("elementwise") {
                 continue;
             }
             let cols = 4096.min(len);
@@ -185,9 +205,90 @@ fn sweep<T: Element>(gpu: &Gpu, stream: &Stream, options: &Options, rows: &mut V
                 }
             })?;
             let gbps = bytes as f64 / micros / 1e3;
-            rows.push(Row { op: op.name.into(), dtype, len, micros, gbps, of_copy: gbps / copy_gbps });
+            rows.push(Row {
+                op: op.name.into(),
+                dtype,
+                shape: shape.clone(),
+                path: "-".into(),
+                micros,
+                gbps,
+                of_copy: gbps / copy_gbps,
+            });
         }
         eprintln!("{dtype} n={len}: done");
+    }
+    Ok(())
+}
+
+/// Softmax forward and backward over the rows of `(rows, cols)` tensors.
+fn softmax_sweep<T: Element>(
+    gpu: &Gpu,
+    stream: &Stream,
+    options: &Options,
+    rows_out: &mut Vec<Row>,
+) -> rill::Result<()> {
+    use rill::softmax;
+    let dtype = T::DTYPE.name();
+    let shapes: Vec<(usize, usize)> =
+        if options.quick { vec![(49152, 1024), (49152, 8192)] } else { rill_tests::shapes::softmax_bench_shapes() };
+    for (rows, cols) in shapes {
+        let len = rows * cols;
+        let size = size_of::<T>();
+        let sets = buffer_sets(gpu, 3 * len * size);
+        let mut rng = rill_tests::random::Rng::new(len as u64);
+        let host: Vec<T> = (0..len).map(|_| T::from_f64(rng.uniform(-8.0, 8.0))).collect();
+        let inputs: Vec<[Tensor<T>; 2]> = (0..sets)
+            .map(|_| -> rill::Result<[Tensor<T>; 2]> {
+                let t = || Tensor::from_slice(gpu, &host, &[rows, cols]);
+                Ok([t()?, t()?])
+            })
+            .collect::<rill::Result<_>>()?;
+        let mut outputs: Vec<Tensor<T>> =
+            (0..sets).map(|_| Tensor::zeros(gpu, &[rows, cols])).collect::<rill::Result<_>>()?;
+        let shape = format!("[{rows}, {cols}]");
+
+        let copy_bytes = 2 * len * size;
+        let copy_us = median_micros(stream, sets, copy_bytes, |s| rill::copy(stream, &inputs[s][0], &mut outputs[s]))?;
+        let copy_gbps = copy_bytes as f64 / copy_us / 1e3;
+        rows_out.push(Row {
+            op: "copy".into(),
+            dtype,
+            shape: shape.clone(),
+            path: "-".into(),
+            micros: copy_us,
+            gbps: copy_gbps,
+            of_copy: 1.0,
+        });
+
+        for (op, arrays) in [("softmax", 2), ("log_softmax", 2), ("softmax_backward", 3)] {
+            if !options.wants(op) && !options.wants("softmax") {
+                continue;
+            }
+            let bytes = arrays * len * size;
+            let mut plan = None;
+            let micros = median_micros(stream, sets, bytes, |s| {
+                let [x, dy] = &inputs[s];
+                let y = &mut outputs[s];
+                plan = Some(match op {
+                    "softmax" => softmax::softmax(stream, x, y)?,
+                    "log_softmax" => softmax::log_softmax(stream, x, y)?,
+                    _ => softmax::softmax_backward(stream, x, dy, y)?,
+                });
+                Ok(())
+            })?;
+            let gbps = bytes as f64 / micros / 1e3;
+            let path = plan.map_or("-".into(), |p| p.describe());
+            rows_out.push(Row {
+                op: op.into(),
+                dtype,
+                shape: shape.clone(),
+                path,
+                micros,
+                gbps,
+                of_copy: gbps / copy_gbps,
+            });
+        }
+        eprintln!("softmax {dtype} {shape}: done");
     }
     Ok(())
 }

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The PTX modules the device crate provides, one cargo feature each.
-pub const MODULES: &[&str] = &["elementwise"];
+pub const MODULES: &[&str] = &["elementwise", "softmax"];
 
 /// The GPU architecture the PTX targets; the driver JIT-compiles it for newer GPUs.
 pub const DEFAULT_ARCH: &str = "sm_80";
@@ -111,7 +111,9 @@ impl PtxBuild {
             .args(["--target", TARGET, "--features", module, "--target-dir"])
             .arg(&self.target_dir)
             .args(["--config", "profile.release.panic=\"abort\""])
-            .env("CARGO_ENCODED_RUSTFLAGS", format!("-Ctarget-cpu={}", self.arch));
+            // Kernels are built from small generic pieces and closures that must all inline
+            // (an outlined piece turns register arrays into local memory).
+            .env("CARGO_ENCODED_RUSTFLAGS", format!("-Ctarget-cpu={}\x1f-Cllvm-args=-inline-threshold=5000", self.arch));
         let status = cargo.status().map_err(|error| BuildError::Spawn { program: "cargo", error })?;
         if !status.success() {
             return Err(BuildError::CargoFailed { module: module.to_string(), status });

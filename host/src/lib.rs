@@ -28,5 +28,5 @@ pub use error::{Error, Result};
 pub use gpu::{DeviceInfo, Gpu, Stream};
 pub use launch::{LaunchConfig, WAVES, grid_stride_blocks};
 pub use module::PtxModule;
-pub use ops::elementwise;
+pub use ops::{elementwise, softmax};
 pub use tensor::{AsView, AsViewMut, DType, Element, Tensor, View, ViewMut, copy};

@@ -11,14 +11,16 @@ use std::sync::Mutex;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PtxModule {
     Elementwise,
+    Softmax,
 }
 
 impl PtxModule {
-    pub const ALL: [PtxModule; 1] = [PtxModule::Elementwise];
+    pub const ALL: [PtxModule; 2] = [PtxModule::Elementwise, PtxModule::Softmax];
 
     pub fn name(self) -> &'static str {
         match self {
             PtxModule::Elementwise => "elementwise",
+            PtxModule::Softmax => "softmax",
         }
     }
 
@@ -26,6 +28,7 @@ impl PtxModule {
     pub fn ptx(self) -> &'static str {
         match self {
             PtxModule::Elementwise => include_str!(concat!(env!("OUT_DIR"), "/elementwise.ptx")),
+            PtxModule::Softmax => include_str!(concat!(env!("OUT_DIR"), "/softmax.ptx")),
         }
     }
 }

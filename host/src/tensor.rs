@@ -49,6 +49,16 @@ impl Element for half::bf16 {
     }
 }
 
+impl Element for i64 {
+    const DTYPE: DType = DType::I64;
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(x: f64) -> Self {
+        x as i64
+    }
+}
+
 fn element_count(shape: &[usize]) -> Result<usize> {
     shape
         .iter()

@@ -39,6 +39,8 @@ pub enum DType {
     F32,
     F16,
     BF16,
+    /// Class indices (cross entropy targets).
+    I64,
 }
 
 impl DType {
@@ -47,6 +49,7 @@ impl DType {
         match self {
             DType::F32 => 4,
             DType::F16 | DType::BF16 => 2,
+            DType::I64 => 8,
         }
     }
 
@@ -56,6 +59,7 @@ impl DType {
             DType::F32 => "f32",
             DType::F16 => "f16",
             DType::BF16 => "bf16",
+            DType::I64 => "i64",
         }
     }
 }
@@ -109,4 +113,87 @@ macro_rules! for_each_elementwise_kernel {
 pub const fn max_pack(in_bytes: usize, out_bytes: usize) -> usize {
     let widest = if in_bytes > out_bytes { in_bytes } else { out_bytes };
     PACK_BYTES / widest
+}
+
+/// Threads per block of the softmax warp path (groups of `width` lanes, one or two rows each).
+pub const SOFTMAX_WARP_BLOCK_SIZE: u32 = 128;
+
+/// Rows a lane group handles per access on the warp path: two for groups narrower than a
+/// warp in the 8-element tier (more loads in flight for narrow rows), else one (the wider
+/// tiers would need twice the registers).
+pub const fn softmax_rows_per_access(elements: usize, width: u32) -> u64 {
+    if elements <= 8 && width < 32 { 2 } else { 1 }
+}
+
+/// Path codes of the softmax kernels: a warp path holds `code` elements per thread per row
+/// in registers (8, 16 or 32); these two are the block paths.
+pub const SOFTMAX_PATH_SHARED: usize = 1;
+pub const SOFTMAX_PATH_UNCACHED: usize = 0;
+
+/// `target` value whose row is ignored by cross entropy (loss 0, gradient 0), as PyTorch's
+/// default `ignore_index`.
+pub const CROSS_ENTROPY_IGNORE_INDEX: i64 = -100;
+
+/// Parameters of every softmax-family kernel, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SoftmaxArgs {
+    pub rows: u64,
+    pub cols: u64,
+    /// x (forward) or y (backward).
+    pub input: u64,
+    /// dy (backward) or the additive mask (scale_mask).
+    pub second: u64,
+    /// y (forward), dx (backward), dlogits (cross-entropy backward); unused by cross entropy.
+    pub output: u64,
+    /// i64 class per row (cross entropy).
+    pub target: u64,
+    /// f32 per row: the loss (cross entropy, written) or its gradient (backward, read).
+    pub row_values: u64,
+    /// Rows of the mask, broadcast over `rows` (scale_mask); query length (causal).
+    pub period: u64,
+    pub scale: f32,
+    /// 1 for log-softmax.
+    pub log: u32,
+    /// Lanes per row on the warp path.
+    pub width: u32,
+    pub reserved: u32,
+}
+
+/// The exported symbol of a softmax kernel.
+#[macro_export]
+macro_rules! softmax_symbol {
+    ($kind:ident, $path:ident, $dtype:ident, $pack:literal) => {
+        concat!(
+            "rill_softmax_",
+            stringify!($kind),
+            "_",
+            stringify!($path),
+            "_",
+            stringify!($dtype),
+            "_p",
+            stringify!($pack)
+        )
+    };
+}
+
+/// Calls `$apply!(kind path code dtype pack)` for every softmax kernel: each kind, each
+/// path, each dtype with its widest pack and with pack 1 (for rows not aligned to a pack).
+#[macro_export]
+macro_rules! for_each_softmax_kernel {
+    ($apply:ident) => {
+        $crate::for_each_softmax_kernel!(@kinds $apply
+            [forward backward scale_mask causal cross_entropy cross_entropy_backward]
+            [(warp8 8) (warp16 16) (warp32 32) (shared 1) (uncached 0)]
+            [(f32 4) (f16 8) (bf16 8)]);
+    };
+    (@kinds $apply:ident [$($kind:ident)*] $paths:tt $dtypes:tt) => {
+        $($crate::for_each_softmax_kernel!(@paths $apply $kind $paths $dtypes);)*
+    };
+    (@paths $apply:ident $kind:ident [$(($path:ident $code:literal))*] $dtypes:tt) => {
+        $($crate::for_each_softmax_kernel!(@dtypes $apply $kind $path $code $dtypes);)*
+    };
+    (@dtypes $apply:ident $kind:ident $path:ident $code:literal [$(($dtype:ident $pack:literal))*]) => {
+        $($apply!($kind $path $code $dtype $pack); $apply!($kind $path $code $dtype 1);)*
+    };
 }

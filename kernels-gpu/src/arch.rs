@@ -280,6 +280,19 @@ mod device {
     }
 
     global_asm!(".extern .shared .align 16 .b8 rill_dynamic_shared[];");
+    global_asm!(".shared .align 16 .b8 rill_reduce_scratch[128];");
+
+    /// 32 f32 slots of static shared memory for block-wide reductions (one per warp).
+    #[inline(always)]
+    pub fn reduce_scratch() -> *mut f32 {
+        let p: u64;
+        // SAFETY: takes the address of the static shared array declared above.
+        unsafe {
+            asm!("cvta.shared.u64 {p}, rill_reduce_scratch;", p = out(reg64) p,
+                options(pure, nomem, nostack));
+        }
+        p as *mut f32
+    }
 
     /// Start of the block's dynamic shared memory (sized by the launch), as a generic pointer.
     #[inline(always)]

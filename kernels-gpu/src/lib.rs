@@ -18,6 +18,9 @@ pub mod arch;
 pub mod functor;
 pub mod math;
 pub mod scalar;
+
+#[cfg(target_arch = "nvptx64")]
+pub mod reduce;
 pub mod unroll;
 
 #[cfg(target_arch = "nvptx64")]

@@ -7,6 +7,7 @@
 
 use crate::arch::{GlobalAddr, load_global_nc, store_global};
 use crate::scalar::Scalar;
+use crate::unroll::unrolled_array;
 use core::marker::PhantomData;
 
 /// `N` elements of `T` held as the 32-bit words one access moves. Lanes of 16-bit types
@@ -139,7 +140,7 @@ impl<T: Scalar, const N: usize> Load<N> for DirectLoad<T> {
     unsafe fn load(&self, row: u64, col: u64) -> [f32; N] {
         // SAFETY: forwarded to the caller.
         let pack = unsafe { Pack::<T, N>::load(self.0.base, self.0.pack_index::<N>(row, col)) };
-        core::array::from_fn(|lane| pack.get(lane).to_f32())
+        unrolled_array(|lane| pack.get(lane).to_f32())
     }
 }
 

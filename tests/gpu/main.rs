@@ -7,6 +7,7 @@
 
 mod elementwise;
 mod harness;
+mod softmax;
 
 fn main() {
     let options = harness::Options::from_args();
@@ -19,5 +20,6 @@ fn main() {
         }
     };
     elementwise::run(&mut suite);
+    softmax::run(&mut suite);
     std::process::exit(suite.finish());
 }

@@ -9,6 +9,7 @@ pub fn tolerance(dtype: DType) -> f64 {
         DType::F32 => 1e-5,
         DType::F16 => 1e-3,
         DType::BF16 => 8e-3,
+        DType::I64 => 0.0,
     }
 }
 
@@ -17,7 +18,7 @@ pub fn tolerance(dtype: DType) -> f64 {
 /// precision).
 pub fn relative_floor(dtype: DType) -> f64 {
     match dtype {
-        DType::F32 | DType::BF16 => f32::MIN_POSITIVE as f64,
+        DType::F32 | DType::BF16 | DType::I64 => f32::MIN_POSITIVE as f64,
         DType::F16 => 6.103_515_625e-5,
     }
 }
@@ -34,14 +35,30 @@ pub struct Worst {
 /// Max relative error of `got` against `want`; a NaN or infinite result (for a finite
 /// reference) counts as infinitely wrong, so poisoned, unwritten outputs never pass.
 pub fn max_relative_error<T: Element>(got: &[T], want: &[f64]) -> Option<Worst> {
-    assert_eq!(got.len(), want.len());
     let floor = relative_floor(T::DTYPE);
+    max_error_with_floor(got, want, |_| floor)
+}
+
+/// Max of `|got - want| / max(|want|, floor(i))`: errors of elements smaller than their
+/// floor are measured against the floor (for values whose absolute error is what matters,
+/// such as log-probabilities near 0 or gradients that cancel). Non-finite results where
+/// the reference is finite count as infinitely wrong; NaN matches only a NaN reference.
+pub fn max_error_with_floor<T: Element>(got: &[T], want: &[f64], floor: impl Fn(usize) -> f64) -> Option<Worst> {
+    assert_eq!(got.len(), want.len());
     got.iter()
         .zip(want)
         .enumerate()
         .map(|(index, (&g, &w))| {
             let g = g.to_f64();
-            let error = if g.is_finite() { (g - w).abs() / w.abs().max(floor) } else { f64::INFINITY };
+            let error = if w.is_nan() {
+                if g.is_nan() { 0.0 } else { f64::INFINITY }
+            } else if g.is_finite() {
+                (g - w).abs() / w.abs().max(floor(index))
+            } else if g == w {
+                0.0
+            } else {
+                f64::INFINITY
+            };
             Worst { index, got: g, want: w, error }
         })
         .max_by(|a, b| a.error.total_cmp(&b.error))

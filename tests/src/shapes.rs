@@ -9,3 +9,20 @@ pub const BIAS_COLS: &[usize] = &[1, 7, 8, 768, 4097];
 
 /// Elementwise lengths the benchmark sweeps: 2^16 to 2^28 by factors of 4.
 pub const ELEMENTWISE_BENCH_LENGTHS: &[usize] = &[1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28];
+
+/// Softmax row widths the GPU suite covers: tiny, around warp and pack multiples, the warp
+/// path's limit, odd widths, vocabulary-sized rows and rows past shared memory.
+pub const SOFTMAX_TEST_COLS: &[usize] =
+    &[1, 2, 3, 31, 32, 33, 127, 1000, 1024, 1025, 2047, 4096, 4097, 12345, 32768, 50257, 131072];
+
+/// Row counts for a width: 1, 2, 3 and a large count (about 2^21 elements, at most 49152).
+pub fn softmax_test_rows(cols: usize) -> [usize; 4] {
+    [1, 2, 3, ((1 << 21) / cols).clamp(4, 49152)]
+}
+
+/// The benchmark sweep: 49152 rows of 32 to 32768 columns, and 4096 rows up to 262144.
+pub fn softmax_bench_shapes() -> Vec<(usize, usize)> {
+    let mut shapes: Vec<(usize, usize)> = (5..=15).map(|p| (49152, 1 << p)).collect();
+    shapes.extend([(49152, 768), (49152, 1000), (4096, 50257), (4096, 65536), (4096, 131072), (4096, 262144)]);
+    shapes
+}

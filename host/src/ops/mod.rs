@@ -1,3 +1,4 @@
 //! One module per op family: validate, dispatch, launch.
 
 pub mod elementwise;
+pub mod softmax;

@@ -2,3 +2,6 @@
 
 #[cfg(feature = "elementwise")]
 pub mod elementwise;
+
+#[cfg(feature = "softmax")]
+pub mod softmax;

@@ -1,0 +1,272 @@
+//! Which softmax implementation runs for a shape: a pure function of the shape, dtype,
+//! alignment and device limits, so every decision is unit-tested on the CPU.
+//!
+//! The ladder, as OneFlow's: up to 1024 columns the warp path (the row in registers);
+//! otherwise one block per row with the row cached in shared memory, when the kernel can
+//! launch with that much; otherwise one block per row re-reading global memory.
+
+use crate::DeviceInfo;
+use crate::launch::WAVES;
+use crate::launch::grid_stride_blocks;
+use rill_kernels_gpu::abi::{
+    SOFTMAX_PATH_SHARED, SOFTMAX_PATH_UNCACHED, SOFTMAX_WARP_BLOCK_SIZE, softmax_rows_per_access,
+};
+
+/// Elements per lane the warp kernels are compiled for.
+pub const WARP_ELEMENTS: [u32; 3] = [8, 16, 32];
+
+/// Widest row the warp path takes: 32 lanes of the largest register tier.
+pub const WARP_MAX_COLS: usize = 32 * 32;
+
+/// Block sizes the block paths choose among.
+pub const BLOCK_SIZES: [u32; 4] = [128, 256, 512, 1024];
+
+/// Static shared memory of every softmax kernel (the block-reduction scratch), which the
+/// dynamic shared memory must leave room for.
+pub const STATIC_SHARED_BYTES: u32 = 128;
+
+/// An implementation, with its shape parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// `width` lanes per row, `elements` per lane in registers, rows per access as
+    /// `softmax_rows_per_access` says.
+    Warp { width: u32, elements: u32 },
+    /// One block per row, the row cached in `shared_bytes` of dynamic shared memory.
+    Shared { block: u32, shared_bytes: u32 },
+    /// One block per row, re-reading the row from global memory.
+    Uncached { block: u32 },
+}
+
+/// The implementations, to force one in tests and benchmarks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PathKind {
+    Warp,
+    Shared,
+    Uncached,
+}
+
+/// What a launch will do: path, pack (elements per vectorized access) and grid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub path: Path,
+    pub pack: usize,
+    pub grid: u32,
+}
+
+impl Plan {
+    pub fn kind(&self) -> PathKind {
+        match self.path {
+            Path::Warp { .. } => PathKind::Warp,
+            Path::Shared { .. } => PathKind::Shared,
+            Path::Uncached { .. } => PathKind::Uncached,
+        }
+    }
+
+    pub fn block(&self) -> u32 {
+        match self.path {
+            Path::Warp { .. } => SOFTMAX_WARP_BLOCK_SIZE,
+            Path::Shared { block, .. } | Path::Uncached { block } => block,
+        }
+    }
+
+    pub fn shared_bytes(&self) -> u32 {
+        match self.path {
+            Path::Shared { shared_bytes, .. } => shared_bytes,
+            _ => 0,
+        }
+    }
+
+    /// The path's name in kernel symbols and its compile-time code.
+    pub fn symbol_path(&self) -> (&'static str, usize) {
+        match self.path {
+            Path::Warp { elements: 8, .. } => ("warp8", 8),
+            Path::Warp { elements: 16, .. } => ("warp16", 16),
+            Path::Warp { .. } => ("warp32", 32),
+            Path::Shared { .. } => ("shared", SOFTMAX_PATH_SHARED),
+            Path::Uncached { .. } => ("uncached", SOFTMAX_PATH_UNCACHED),
+        }
+    }
+
+    /// One line for logs and test messages.
+    pub fn describe(&self) -> String {
+        let path = match self.path {
+            Path::Warp { width, elements } => format!("warp path: {width} lanes/row, {elements} elements/lane"),
+            Path::Shared { block, shared_bytes } => format!("shared path: block {block}, {shared_bytes} B shared"),
+            Path::Uncached { block } => format!("uncached path: block {block}"),
+        };
+        format!("{path}, pack {}, grid {}", self.pack, self.grid)
+    }
+}
+
+/// What the planner needs to know about one call.
+#[derive(Clone, Copy, Debug)]
+pub struct Problem {
+    pub rows: usize,
+    pub cols: usize,
+    /// The widest pack every address and the row length allow (1 or the dtype's widest).
+    pub pack: usize,
+    /// Rows cached per element: 1 forward, 2 backward (y and dy).
+    pub cached_arrays: u32,
+    pub force: Option<PathKind>,
+}
+
+/// Blocks per SM the kernel reaches with `block` threads and `shared` bytes (the
+/// occupancy API), or an error from the driver.
+pub type Occupancy<'a> = &'a dyn Fn(u32, u32) -> crate::Result<u32>;
+
+/// The plan for `problem`; `occupancy` answers for the shared-memory kernel.
+pub fn plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancy<'_>) -> crate::Result<Plan> {
+    let warp_fits = problem.cols <= WARP_MAX_COLS;
+    match problem.force {
+        Some(PathKind::Warp) if !warp_fits => {
+            return Err(crate::Error::Unsupported(format!(
+                "the warp path takes rows of at most {WARP_MAX_COLS} columns, not {}",
+                problem.cols
+            )));
+        }
+        Some(PathKind::Warp) => return Ok(warp_plan(problem, device)),
+        Some(PathKind::Uncached) => return Ok(uncached_plan(problem, device)),
+        Some(PathKind::Shared) => {
+            return shared_plan(problem, device, occupancy)?.ok_or_else(|| {
+                crate::Error::Unsupported(format!(
+                    "a row of {} columns does not fit in this device's shared memory",
+                    problem.cols
+                ))
+            });
+        }
+        None => {}
+    }
+    if warp_fits {
+        return Ok(warp_plan(problem, device));
+    }
+    Ok(shared_plan(problem, device, occupancy)?.unwrap_or_else(|| uncached_plan(problem, device)))
+}
+
+fn warp_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
+    let cols = problem.cols.max(1) as u32;
+    let elements = WARP_ELEMENTS.into_iter().find(|&e| cols <= 32 * e).unwrap_or(32);
+    let width = cols.div_ceil(elements).next_power_of_two().min(32);
+    let rows_per_access = softmax_rows_per_access(elements as usize, width);
+    let threads = (problem.rows as u64).div_ceil(rows_per_access) * width as u64;
+    Plan {
+        path: Path::Warp { width, elements },
+        pack: problem.pack,
+        grid: grid_stride_blocks(threads, SOFTMAX_WARP_BLOCK_SIZE, device),
+    }
+}
+
+fn block_grid(rows: usize, block: u32, device: &DeviceInfo) -> u32 {
+    let resident = device.multiprocessors as u64 * (device.max_threads_per_multiprocessor / block).max(1) as u64;
+    (rows as u64).min(resident * WAVES as u64).max(1) as u32
+}
+
+/// The shared path, if the row fits: the largest block size that keeps as many blocks
+/// resident per SM as 128 threads do (more threads per row at no cost in occupancy).
+fn shared_plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancy<'_>) -> crate::Result<Option<Plan>> {
+    let bytes = problem.cols as u64 * 4 * problem.cached_arrays as u64;
+    let limit = device.max_shared_bytes_per_block_optin.saturating_sub(STATIC_SHARED_BYTES) as u64;
+    if bytes > limit {
+        return Ok(None);
+    }
+    let shared_bytes = bytes as u32;
+    let baseline = occupancy(BLOCK_SIZES[0], shared_bytes)?;
+    if baseline == 0 {
+        return Ok(None);
+    }
+    let mut block = BLOCK_SIZES[0];
+    for &candidate in &BLOCK_SIZES[1..] {
+        if occupancy(candidate, shared_bytes)? == baseline {
+            block = candidate;
+        }
+    }
+    Ok(Some(Plan {
+        path: Path::Shared { block, shared_bytes },
+        pack: problem.pack,
+        grid: block_grid(problem.rows, block, device),
+    }))
+}
+
+fn uncached_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
+    let block = 1024;
+    Plan { path: Path::Uncached { block }, pack: problem.pack, grid: block_grid(problem.rows, block, device) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launch::tests::h100;
+
+    fn problem(rows: usize, cols: usize, pack: usize) -> Problem {
+        Problem { rows, cols, pack, cached_arrays: 1, force: None }
+    }
+
+    /// Occupancy of a kernel limited by shared memory alone (228 KB per SM, 64 warps).
+    fn by_shared(block: u32, bytes: u32) -> crate::Result<u32> {
+        let by_threads = 2048 / block;
+        let by_shared = (228 * 1024) / (bytes + 1024).max(1);
+        Ok(by_threads.min(by_shared))
+    }
+
+    #[test]
+    fn narrow_rows_take_the_warp_path_with_a_matching_width() {
+        let device = h100();
+        let p = plan(&problem(49152, 32, 8), &device, &by_shared).unwrap();
+        assert_eq!(p.path, Path::Warp { width: 4, elements: 8 });
+        let p = plan(&problem(49152, 1, 1), &device, &by_shared).unwrap();
+        assert_eq!(p.path, Path::Warp { width: 1, elements: 8 });
+        let p = plan(&problem(49152, 1000, 1), &device, &by_shared).unwrap();
+        assert_eq!(p.path, Path::Warp { width: 32, elements: 32 });
+        let p = plan(&problem(49152, 300, 4), &device, &by_shared).unwrap();
+        assert_eq!(p.path, Path::Warp { width: 32, elements: 16 });
+    }
+
+    #[test]
+    fn warp_covers_the_row_and_two_rows_per_access_below_a_warp() {
+        let device = h100();
+        for cols in [1, 2, 3, 31, 32, 33, 127, 1000, 1024] {
+            let p = plan(&problem(10, cols, 1), &device, &by_shared).unwrap();
+            let Path::Warp { width, elements } = p.path else { panic!("{cols}: {p:?}") };
+            assert!((width * elements) as usize >= cols, "{cols}: {p:?}");
+            assert!(width.is_power_of_two() && width <= 32);
+        }
+    }
+
+    #[test]
+    fn wide_rows_take_shared_memory_then_uncached() {
+        let device = h100();
+        let p = plan(&problem(4096, 4096, 4), &device, &by_shared).unwrap();
+        assert_eq!(p.kind(), PathKind::Shared);
+        assert_eq!(p.shared_bytes(), 4096 * 4);
+        // 131072 f32 = 512 KB: more than any block may have.
+        let p = plan(&problem(4096, 131072, 4), &device, &by_shared).unwrap();
+        assert_eq!(p.kind(), PathKind::Uncached);
+        // Backward caches y and dy: twice the bytes.
+        let mut backward = problem(4096, 32768, 4);
+        backward.cached_arrays = 2;
+        assert_eq!(plan(&backward, &device, &by_shared).unwrap().kind(), PathKind::Uncached);
+    }
+
+    #[test]
+    fn shared_block_is_the_largest_that_keeps_occupancy() {
+        let device = h100();
+        // 16 KB rows: 128 threads give min(16, 13) = 13 blocks; 256 give min(8, 13) = 8.
+        let p = plan(&problem(4096, 4096, 4), &device, &by_shared).unwrap();
+        assert_eq!(p.block(), 128);
+        // 128 KB rows: one block per SM at any size: take 1024 threads.
+        let p = plan(&problem(4096, 32768, 4), &device, &by_shared).unwrap();
+        assert_eq!(p.block(), 1024);
+    }
+
+    #[test]
+    fn forcing_a_path_is_honoured_or_refused() {
+        let device = h100();
+        let mut forced = problem(8, 64, 4);
+        forced.force = Some(PathKind::Uncached);
+        assert_eq!(plan(&forced, &device, &by_shared).unwrap().kind(), PathKind::Uncached);
+        forced.force = Some(PathKind::Shared);
+        assert_eq!(plan(&forced, &device, &by_shared).unwrap().kind(), PathKind::Shared);
+        let mut too_wide = problem(8, 2048, 4);
+        too_wide.force = Some(PathKind::Warp);
+        assert!(plan(&too_wide, &device, &by_shared).is_err());
+    }
+}

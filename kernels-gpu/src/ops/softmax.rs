@@ -1,0 +1,618 @@
+//! Softmax and log-softmax over the rows of a `(rows, cols)` view, forward and backward,
+//! with OneFlow's three implementations:
+//! - warp: a group of `width` lanes (1 to 32) owns one row (two when narrower than a
+//!   warp), the row held in registers, `E` elements per lane;
+//! - shared: a block owns a row, cached in dynamic shared memory;
+//! - uncached: a block owns a row and re-reads it from global memory (any width).
+//!
+//! Every kernel reads through a [`Load`] and writes through a [`Store`], so the fused
+//! variants (scale and mask, causal mask, cross entropy) are functors over the same bodies.
+
+use crate::abi::{
+    CROSS_ENTROPY_IGNORE_INDEX, SOFTMAX_PATH_SHARED, SOFTMAX_PATH_UNCACHED, SoftmaxArgs, softmax_rows_per_access,
+};
+use crate::arch::{WARP_SIZE, block_dim_x, block_idx_x, dynamic_shared, grid_dim_x, thread_idx_x};
+use crate::math::exp;
+use crate::pack::{DirectLoad, DirectStore, Load, RowMajor, Store};
+use crate::reduce::{Max, Reduce, Sum, block_all_reduce, group_all_reduce};
+use crate::scalar::Scalar;
+use crate::unroll::{unroll, unrolled_array};
+use core::num::NonZeroU64;
+
+/// Turns a row's max and sum of exponentials into outputs.
+#[derive(Clone, Copy)]
+struct Normalize {
+    max: f32,
+    inv_sum: f32,
+    log_sum: f32,
+    log: bool,
+}
+
+impl Normalize {
+    #[inline(always)]
+    fn new(max: f32, sum: f32, log: bool) -> Self {
+        Normalize { max, inv_sum: crate::arch::rcp(sum), log_sum: crate::math::log(sum), log }
+    }
+
+    /// The output for an element that holds `e^(x - max)` (softmax) or `x` (log-softmax).
+    #[inline(always)]
+    fn apply(self, held: f32) -> f32 {
+        if self.log { held - self.max - self.log_sum } else { held * self.inv_sum }
+    }
+}
+
+/// Where a lane's rows are on the warp path. A warp steps through rows as a whole
+/// (`warp_first`, `+ step`, ...), its groups at `group_offset` rows from the warp's first, so
+/// every lane runs the same iterations and shuffles never see a lane that left the loop.
+struct WarpRows {
+    width: u32,
+    lane: u32,
+    rows_per_access: u64,
+    warp_first: u64,
+    group_offset: u64,
+    step: u64,
+}
+
+impl WarpRows {
+    #[inline(always)]
+    fn new<const E: usize>(args: &SoftmaxArgs) -> Self {
+        // A power of two up to 32 (the host checks): shifts and masks, no division.
+        let width = args.width.clamp(1, WARP_SIZE);
+        let width_log2 = width.trailing_zeros();
+        let rows_per_access = softmax_rows_per_access(E, width);
+        let rows_per_warp = ((WARP_SIZE >> width_log2) as u64) * rows_per_access;
+        let warp = ((block_idx_x() * block_dim_x() + thread_idx_x()) / WARP_SIZE) as u64;
+        let warps = (grid_dim_x() * block_dim_x() / WARP_SIZE) as u64;
+        let group_in_warp = ((thread_idx_x() % WARP_SIZE) >> width_log2) as u64;
+        WarpRows {
+            width,
+            lane: thread_idx_x() & (width - 1),
+            rows_per_access,
+            warp_first: warp * rows_per_warp,
+            group_offset: group_in_warp * rows_per_access,
+            step: warps * rows_per_warp,
+        }
+    }
+
+    /// Column of element `i` (a multiple of the pack `P`) of this lane.
+    #[inline(always)]
+    fn col<const P: usize>(&self, i: usize) -> u64 {
+        (((i / P) as u64) * self.width as u64 + self.lane as u64) * P as u64
+    }
+}
+
+/// Whether row `r` (0 or 1) of an access can exist for `E` elements per lane: known at
+/// compile time, so the second row's registers and shuffles vanish from the wide tiers.
+#[inline(always)]
+const fn row_possible<const E: usize>(r: usize) -> bool {
+    r < softmax_rows_per_access(E, 1) as usize
+}
+
+/// Loads `E` elements per row of up to two rows into registers (`fill` where out of range).
+#[inline(always)]
+unsafe fn warp_load<L: Load<P>, const P: usize, const E: usize>(
+    load: &L,
+    at: &WarpRows,
+    first: u64,
+    args: &SoftmaxArgs,
+    fill: f32,
+) -> [[f32; E]; 2] {
+    let mut buf = [[fill; E]; 2];
+    unroll::<2>(|r| {
+        let row = first + r as u64;
+        if row_possible::<E>(r) && (r as u64) < at.rows_per_access && row < args.rows {
+            unroll::<E>(|i| {
+                let col = at.col::<P>(i);
+                if i % P == 0 && col < args.cols {
+                    // SAFETY: row < rows and col + P <= cols (cols is a multiple of P).
+                    let v = unsafe { load.load(row, col) };
+                    unroll::<P>(|j| buf[r][i + j] = v[j]);
+                }
+            });
+        }
+    });
+    buf
+}
+
+/// Stores the registers of up to two rows through `store`, mapping each element by `f`.
+#[inline(always)]
+unsafe fn warp_store<S: Store<P>, const P: usize, const E: usize>(
+    store: &S,
+    at: &WarpRows,
+    first: u64,
+    args: &SoftmaxArgs,
+    f: impl Fn(usize, usize) -> f32,
+) {
+    unroll::<2>(|r| {
+        let row = first + r as u64;
+        if row_possible::<E>(r) && (r as u64) < at.rows_per_access && row < args.rows {
+            unroll::<E>(|i| {
+                let col = at.col::<P>(i);
+                if i % P == 0 && col < args.cols {
+                    // SAFETY: as in warp_load.
+                    unsafe { store.store(unrolled_array(|j| f(r, i + j)), row, col) };
+                }
+            });
+        }
+    });
+}
+
+/// `R` over each of the two rows' registers, then across the lane group.
+#[inline(always)]
+unsafe fn warp_row_reduce<R: Reduce, const E: usize>(
+    mut values: impl FnMut(usize, usize) -> f32,
+    width: u32,
+) -> [f32; 2] {
+    let mut out = [R::IDENTITY; 2];
+    unroll::<2>(|r| {
+        if row_possible::<E>(r) {
+            let mut acc = R::IDENTITY;
+            unroll::<E>(|i| acc = R::combine(acc, values(r, i)));
+            // SAFETY: every lane of the warp runs the same number of steps (WarpRows).
+            out[r] = unsafe { group_all_reduce::<R>(acc, width) };
+        }
+    });
+    out
+}
+
+#[inline(always)]
+unsafe fn warp_forward<L: Load<P>, S: Store<P>, const P: usize, const E: usize>(
+    load: &L,
+    store: &S,
+    args: &SoftmaxArgs,
+) {
+    let at = WarpRows::new::<E>(args);
+    let log = args.log != 0;
+    let mut base = at.warp_first;
+    while base < args.rows {
+        let first = base + at.group_offset;
+        // SAFETY (block): loads and stores stay in range (warp_load, warp_store), and the
+        // whole warp runs the same iterations.
+        unsafe {
+            let mut buf = warp_load::<L, P, E>(load, &at, first, args, f32::NEG_INFINITY);
+            let max = warp_row_reduce::<Max, E>(|r, i| buf[r][i], at.width);
+            // Softmax keeps e^(x - max) in place; log-softmax keeps x and only sums.
+            let sum = warp_row_reduce::<Sum, E>(
+                |r, i| {
+                    let e = exp(buf[r][i] - max[r]);
+                    if !log {
+                        buf[r][i] = e;
+                    }
+                    e
+                },
+                at.width,
+            );
+            let norm = [Normalize::new(max[0], sum[0], log), Normalize::new(max[1], sum[1], log)];
+            warp_store::<S, P, E>(store, &at, first, args, |r, i| norm[r].apply(buf[r][i]));
+        }
+        base += at.step;
+    }
+}
+
+/// A block per row: rows `blockIdx.x, blockIdx.x + gridDim.x, ...` (uniform per block).
+#[inline(always)]
+fn block_rows(args: &SoftmaxArgs, mut per_row: impl FnMut(u64)) {
+    let mut row = block_idx_x() as u64;
+    while row < args.rows {
+        per_row(row);
+        row += grid_dim_x() as u64;
+    }
+}
+
+/// Calls `f(pack, col)` for this thread's packs of a row, in a block-strided loop.
+#[inline(always)]
+fn block_packs<const P: usize>(args: &SoftmaxArgs, mut f: impl FnMut(u64, u64)) {
+    let packs = args.cols / P as u64;
+    let mut pack = thread_idx_x() as u64;
+    while pack < packs {
+        f(pack, pack * P as u64);
+        pack += block_dim_x() as u64;
+    }
+}
+
+/// Packs each thread loads before using any on the block paths' global-memory passes.
+const BATCH: usize = 4;
+
+/// Like [`block_packs`], but for global reads: `load(col)` for [`BATCH`] packs, then
+/// `consume(pack, loaded)` for each, so every thread keeps several loads in flight.
+#[inline(always)]
+fn block_packs_loaded<const P: usize, V: Copy>(
+    args: &SoftmaxArgs,
+    mut load: impl FnMut(u64) -> V,
+    mut consume: impl FnMut(u64, V),
+) {
+    let packs = args.cols / P as u64;
+    let block = block_dim_x() as u64;
+    let mut pack = thread_idx_x() as u64;
+    while pack + (BATCH as u64 - 1) * block < packs {
+        let first = load(pack * P as u64);
+        let mut loaded = [first; BATCH];
+        unroll::<BATCH>(|u| {
+            if u > 0 {
+                loaded[u] = load((pack + u as u64 * block) * P as u64);
+            }
+        });
+        unroll::<BATCH>(|u| consume(pack + u as u64 * block, loaded[u]));
+        pack += BATCH as u64 * block;
+    }
+    while pack < packs {
+        consume(pack, load(pack * P as u64));
+        pack += block;
+    }
+}
+
+#[inline(always)]
+unsafe fn shared_forward<L: Load<P>, S: Store<P>, const P: usize>(load: &L, store: &S, args: &SoftmaxArgs) {
+    let log = args.log != 0;
+    let packs = (args.cols / P as u64) as usize;
+    let cache = dynamic_shared::<f32>();
+    // Element j of pack p sits at cache[j * packs + p]: consecutive threads, consecutive words.
+    let slot = |pack: u64, j: usize| j * packs + pack as usize;
+    // SAFETY (block): the launch sizes the cache to `cols` f32s; each thread touches only
+    // its own packs' slots, so no barrier is needed beyond those in the reductions.
+    block_rows(args, |row| unsafe {
+        let mut thread_max = f32::NEG_INFINITY;
+        block_packs_loaded::<P, [f32; P]>(
+            args,
+            |col| load.load(row, col),
+            |pack, v| {
+                unroll::<P>(|j| {
+                    cache.add(slot(pack, j)).write(v[j]);
+                    thread_max = thread_max.max(v[j]);
+                })
+            },
+        );
+        let max = block_all_reduce::<Max>(thread_max);
+        let mut thread_sum = 0.0;
+        block_packs::<P>(args, |pack, _| {
+            unroll::<P>(|j| {
+                let e = exp(cache.add(slot(pack, j)).read() - max);
+                thread_sum += e;
+                if !log {
+                    cache.add(slot(pack, j)).write(e);
+                }
+            });
+        });
+        let norm = Normalize::new(max, block_all_reduce::<Sum>(thread_sum), log);
+        block_packs::<P>(args, |pack, col| {
+            store.store(unrolled_array(|j| norm.apply(cache.add(slot(pack, j)).read())), row, col);
+        });
+    });
+}
+
+/// Running max and sum of exponentials relative to it (online softmax), so one read of
+/// the row gives both.
+#[derive(Clone, Copy)]
+struct Online {
+    max: f32,
+    sum: f32,
+}
+
+impl Online {
+    #[inline(always)]
+    fn add<const P: usize>(&mut self, v: [f32; P]) {
+        let mut pack_max = f32::NEG_INFINITY;
+        unroll::<P>(|j| pack_max = pack_max.max(v[j]));
+        if pack_max > self.max {
+            self.sum *= exp(self.max - pack_max);
+            self.max = pack_max;
+        }
+        if self.max > f32::NEG_INFINITY {
+            unroll::<P>(|j| self.sum += exp(v[j] - self.max));
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn uncached_forward<L: Load<P>, S: Store<P>, const P: usize>(load: &L, store: &S, args: &SoftmaxArgs) {
+    let log = args.log != 0;
+    // SAFETY (block): every column visited is a pack inside the row.
+    block_rows(args, |row| unsafe {
+        let mut online = Online { max: f32::NEG_INFINITY, sum: 0.0 };
+        block_packs_loaded::<P, [f32; P]>(args, |col| load.load(row, col), |_, v| online.add(v));
+        let max = block_all_reduce::<Max>(online.max);
+        // A thread that saw only -inf contributes 0 (its max is -inf, its sum 0).
+        let rescaled = if online.max > f32::NEG_INFINITY { online.sum * exp(online.max - max) } else { 0.0 };
+        let norm = Normalize::new(max, block_all_reduce::<Sum>(rescaled), log);
+        block_packs_loaded::<P, [f32; P]>(
+            args,
+            |col| load.load(row, col),
+            |pack, v| {
+                let out = unrolled_array(|j| norm.apply(if log { v[j] } else { exp(v[j] - max) }));
+                store.store(out, row, pack * P as u64);
+            },
+        );
+    });
+}
+
+/// The forward body for path `PATH` (a warp code is the elements per lane).
+#[inline(always)]
+unsafe fn forward_path<L: Load<P>, S: Store<P>, const P: usize, const PATH: usize>(
+    load: &L,
+    store: &S,
+    args: &SoftmaxArgs,
+) {
+    // SAFETY: forwarded; the host launched this kernel with this path's geometry.
+    unsafe {
+        match PATH {
+            SOFTMAX_PATH_UNCACHED => uncached_forward::<L, S, P>(load, store, args),
+            SOFTMAX_PATH_SHARED => shared_forward::<L, S, P>(load, store, args),
+            _ => warp_forward::<L, S, P, PATH>(load, store, args),
+        }
+    }
+}
+
+/// Backward from `y` and `dy`: softmax `dx = (dy - sum(dy * y)) * y`; log-softmax
+/// `dx = dy - exp(y) * sum(dy)`.
+#[derive(Clone, Copy)]
+struct Gradient {
+    log: bool,
+    sum: f32,
+}
+
+impl Gradient {
+    /// What the row sum adds up for one element.
+    #[inline(always)]
+    fn term(log: bool, y: f32, dy: f32) -> f32 {
+        if log { dy } else { dy * y }
+    }
+
+    #[inline(always)]
+    fn apply(self, y: f32, dy: f32) -> f32 {
+        if self.log { dy - exp(y) * self.sum } else { (dy - self.sum) * y }
+    }
+}
+
+#[inline(always)]
+unsafe fn backward_path<LY: Load<P>, LD: Load<P>, S: Store<P>, const P: usize, const PATH: usize>(
+    load_y: &LY,
+    load_dy: &LD,
+    store: &S,
+    args: &SoftmaxArgs,
+) {
+    let log = args.log != 0;
+    // SAFETY (whole body): as the forward paths.
+    unsafe {
+        match PATH {
+            SOFTMAX_PATH_UNCACHED => block_rows(args, |row| {
+                let pair = |col| (load_y.load(row, col), load_dy.load(row, col));
+                let mut thread_sum = 0.0;
+                block_packs_loaded::<P, _>(args, pair, |_, (y, dy)| {
+                    unroll::<P>(|j| thread_sum += Gradient::term(log, y[j], dy[j]))
+                });
+                let g = Gradient { log, sum: block_all_reduce::<Sum>(thread_sum) };
+                block_packs_loaded::<P, _>(args, pair, |pack, (y, dy)| {
+                    store.store(unrolled_array(|j| g.apply(y[j], dy[j])), row, pack * P as u64)
+                });
+            }),
+            SOFTMAX_PATH_SHARED => {
+                let packs = (args.cols / P as u64) as usize;
+                let cache = dynamic_shared::<f32>();
+                // y in the first `cols` slots, dy in the next.
+                let slot = |pack: u64, j: usize| j * packs + pack as usize;
+                let dy_at = packs * P;
+                block_rows(args, |row| {
+                    let mut thread_sum = 0.0;
+                    block_packs_loaded::<P, _>(
+                        args,
+                        |col| (load_y.load(row, col), load_dy.load(row, col)),
+                        |pack, (y, dy)| {
+                            unroll::<P>(|j| {
+                                cache.add(slot(pack, j)).write(y[j]);
+                                cache.add(dy_at + slot(pack, j)).write(dy[j]);
+                                thread_sum += Gradient::term(log, y[j], dy[j]);
+                            })
+                        },
+                    );
+                    let g = Gradient { log, sum: block_all_reduce::<Sum>(thread_sum) };
+                    block_packs::<P>(args, |pack, col| {
+                        let out = unrolled_array(|j| {
+                            g.apply(cache.add(slot(pack, j)).read(), cache.add(dy_at + slot(pack, j)).read())
+                        });
+                        store.store(out, row, col);
+                    });
+                });
+            }
+            _ => {
+                let at = WarpRows::new::<PATH>(args);
+                let mut base = at.warp_first;
+                while base < args.rows {
+                    let first = base + at.group_offset;
+                    let y = warp_load::<LY, P, PATH>(load_y, &at, first, args, 0.0);
+                    let dy = warp_load::<LD, P, PATH>(load_dy, &at, first, args, 0.0);
+                    let sum = warp_row_reduce::<Sum, PATH>(|r, i| Gradient::term(log, y[r][i], dy[r][i]), at.width);
+                    let g = [Gradient { log, sum: sum[0] }, Gradient { log, sum: sum[1] }];
+                    warp_store::<S, P, PATH>(store, &at, first, args, |r, i| g[r].apply(y[r][i], dy[r][i]));
+                    base += at.step;
+                }
+            }
+        }
+    }
+}
+
+/// `x * scale + mask[row % period]`: attention scores with an additive mask broadcast over
+/// the rows (batch and heads).
+pub struct ScaleMaskLoad<T> {
+    x: DirectLoad<T>,
+    mask: DirectLoad<T>,
+    period: NonZeroU64,
+    scale: f32,
+}
+
+impl<T: Scalar, const N: usize> Load<N> for ScaleMaskLoad<T> {
+    #[inline(always)]
+    unsafe fn load(&self, row: u64, col: u64) -> [f32; N] {
+        // SAFETY: forwarded; the mask has `period` rows of the same width.
+        let (x, m): ([f32; N], [f32; N]) = unsafe { (self.x.load(row, col), self.mask.load(row % self.period, col)) };
+        unrolled_array(|j| x[j] * self.scale + m[j])
+    }
+}
+
+/// `x * scale` where `col <= row % period` (a query sees keys up to its own position,
+/// PyTorch's `is_causal`), `-inf` elsewhere.
+pub struct CausalLoad<T> {
+    x: DirectLoad<T>,
+    period: NonZeroU64,
+    scale: f32,
+}
+
+impl<T: Scalar, const N: usize> Load<N> for CausalLoad<T> {
+    #[inline(always)]
+    unsafe fn load(&self, row: u64, col: u64) -> [f32; N] {
+        // SAFETY: forwarded.
+        let x: [f32; N] = unsafe { self.x.load(row, col) };
+        let last = row % self.period;
+        unrolled_array(|j| if col + j as u64 <= last { x[j] * self.scale } else { f32::NEG_INFINITY })
+    }
+}
+
+/// The class of `row`: `Some(class)` inside the row, `None` for the ignore index, and
+/// `Some(u64::MAX)` (matches no column) for anything else.
+#[inline(always)]
+unsafe fn target_of(target: *const i64, row: u64, cols: u64) -> Option<u64> {
+    // SAFETY: the caller passes the row's target array.
+    let t = unsafe { target.add(row as usize).read() };
+    if t == CROSS_ENTROPY_IGNORE_INDEX {
+        None
+    } else if t >= 0 && (t as u64) < cols {
+        Some(t as u64)
+    } else {
+        Some(u64::MAX)
+    }
+}
+
+/// Cross-entropy forward: given a row's log-probabilities, writes `-logp[target]` to the
+/// row's loss; 0 for ignored rows, NaN for targets outside the row. Nothing else is stored.
+pub struct LossStore {
+    target: *const i64,
+    loss: *mut f32,
+    cols: u64,
+}
+
+impl<const N: usize> Store<N> for LossStore {
+    #[inline(always)]
+    unsafe fn store(&self, values: [f32; N], row: u64, col: u64) {
+        // SAFETY: target and loss hold one element per row.
+        unsafe {
+            match target_of(self.target, row, self.cols) {
+                Some(t) if t >= col && t < col + N as u64 => unroll::<N>(|j| {
+                    if col + j as u64 == t {
+                        self.loss.add(row as usize).write(-values[j]);
+                    }
+                }),
+                None if col == 0 => self.loss.add(row as usize).write(0.0),
+                Some(u64::MAX) if col == 0 => self.loss.add(row as usize).write(f32::NAN),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Cross-entropy backward: given a row's probabilities, stores
+/// `(p - onehot(target)) * dloss[row]` (0 for ignored rows).
+pub struct CrossEntropyGradStore<T> {
+    out: DirectStore<T>,
+    target: *const i64,
+    dloss: *const f32,
+    cols: u64,
+}
+
+impl<T: Scalar, const N: usize> Store<N> for CrossEntropyGradStore<T> {
+    #[inline(always)]
+    unsafe fn store(&self, values: [f32; N], row: u64, col: u64) {
+        // SAFETY: target and dloss hold one element per row; the output store is forwarded.
+        unsafe {
+            let target = target_of(self.target, row, self.cols);
+            let scale = if target.is_some() { self.dloss.add(row as usize).read() } else { 0.0 };
+            let t = target.unwrap_or(u64::MAX);
+            let grad: [f32; N] = unrolled_array(|j| (values[j] - if col + j as u64 == t { 1.0 } else { 0.0 }) * scale);
+            self.out.store(grad, row, col);
+        }
+    }
+}
+
+/// # Safety (every kernel body below)
+/// `args` must describe live arrays of `rows x cols` elements of `T` (row stride `cols`),
+/// aligned to `P` elements with `cols` a multiple of `P`, and a launch with the geometry
+/// the host's dispatch planned for `PATH`.
+#[inline(always)]
+unsafe fn direct<T: Scalar>(address: u64, cols: u64) -> (DirectLoad<T>, DirectStore<T>) {
+    // SAFETY: forwarded.
+    let view = unsafe { RowMajor::<T>::new(address, cols) };
+    (DirectLoad(view), DirectStore(view))
+}
+
+#[inline(always)]
+pub unsafe fn forward<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
+    // SAFETY: see `direct`.
+    unsafe {
+        let (load, _) = direct::<T>(args.input, args.cols);
+        let (_, store) = direct::<T>(args.output, args.cols);
+        forward_path::<_, _, P, PATH>(&load, &store, args);
+    }
+}
+
+#[inline(always)]
+pub unsafe fn backward<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
+    // SAFETY: see `direct`.
+    unsafe {
+        let (load_y, _) = direct::<T>(args.input, args.cols);
+        let (load_dy, _) = direct::<T>(args.second, args.cols);
+        let (_, store) = direct::<T>(args.output, args.cols);
+        backward_path::<_, _, _, P, PATH>(&load_y, &load_dy, &store, args);
+    }
+}
+
+#[inline(always)]
+pub unsafe fn scale_mask<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
+    // SAFETY: see `direct`; the mask has `period` rows.
+    unsafe {
+        let load = ScaleMaskLoad {
+            x: direct::<T>(args.input, args.cols).0,
+            mask: direct::<T>(args.second, args.cols).0,
+            period: NonZeroU64::new(args.period).unwrap_or(NonZeroU64::MIN),
+            scale: args.scale,
+        };
+        let (_, store) = direct::<T>(args.output, args.cols);
+        forward_path::<_, _, P, PATH>(&load, &store, args);
+    }
+}
+
+#[inline(always)]
+pub unsafe fn causal<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
+    // SAFETY: see `direct`.
+    unsafe {
+        let load = CausalLoad {
+            x: direct::<T>(args.input, args.cols).0,
+            period: NonZeroU64::new(args.period).unwrap_or(NonZeroU64::MIN),
+            scale: args.scale,
+        };
+        let (_, store) = direct::<T>(args.output, args.cols);
+        forward_path::<_, _, P, PATH>(&load, &store, args);
+    }
+}
+
+#[inline(always)]
+pub unsafe fn cross_entropy<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
+    // SAFETY: see `direct`; target and loss have `rows` elements. `args.log` is 1.
+    unsafe {
+        let (load, _) = direct::<T>(args.input, args.cols);
+        let store = LossStore { target: args.target as *const i64, loss: args.row_values as *mut f32, cols: args.cols };
+        forward_path::<_, _, P, PATH>(&load, &store, args);
+    }
+}
+
+#[inline(always)]
+pub unsafe fn cross_entropy_backward<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
+    // SAFETY: see `direct`; target and dloss have `rows` elements. `args.log` is 0.
+    unsafe {
+        let (load, _) = direct::<T>(args.input, args.cols);
+        let store = CrossEntropyGradStore {
+            out: direct::<T>(args.output, args.cols).1,
+            target: args.target as *const i64,
+            dloss: args.row_values as *const f32,
+            cols: args.cols,
+        };
+        forward_path::<_, _, P, PATH>(&load, &store, args);
+    }
+}
