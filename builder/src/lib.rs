@@ -113,7 +113,10 @@ impl PtxBuild {
             .args(["--config", "profile.release.panic=\"abort\""])
             // Kernels are built from small generic pieces and closures that must all inline
             // (an outlined piece turns register arrays into local memory).
-            .env("CARGO_ENCODED_RUSTFLAGS", format!("-Ctarget-cpu={}\x1f-Cllvm-args=-inline-threshold=5000", self.arch));
+            .env(
+                "CARGO_ENCODED_RUSTFLAGS",
+                format!("-Ctarget-cpu={}\x1f-Cllvm-args=-inline-threshold=5000", self.arch),
+            );
         let status = cargo.status().map_err(|error| BuildError::Spawn { program: "cargo", error })?;
         if !status.success() {
             return Err(BuildError::CargoFailed { module: module.to_string(), status });

@@ -210,35 +210,49 @@ fn block_packs<const P: usize>(args: &SoftmaxArgs, mut f: impl FnMut(u64, u64)) 
     }
 }
 
-/// Packs each thread loads before using any on the block paths' global-memory passes.
-const BATCH: usize = 4;
+/// Most packs a thread loads before using any on the block paths' global-memory passes.
+const MAX_BATCH: usize = 4;
 
-/// Like [`block_packs`], but for global reads: `load(col)` for [`BATCH`] packs, then
-/// `consume(pack, loaded)` for each, so every thread keeps several loads in flight.
+/// Like [`block_packs`], but for global reads: `load(col)` for `batch` packs (at most
+/// [`MAX_BATCH`]), then `consume(pack, loaded)` for each, so every thread keeps several
+/// loads in flight. Measured on the H100: 4 pays on the uncached passes; on the shared
+/// path it pays for f32 but costs f16 its occupancy, which is why it is a parameter.
 #[inline(always)]
 fn block_packs_loaded<const P: usize, V: Copy>(
     args: &SoftmaxArgs,
+    batch: usize,
     mut load: impl FnMut(u64) -> V,
     mut consume: impl FnMut(u64, V),
 ) {
+    let batch = batch.clamp(1, MAX_BATCH) as u64;
     let packs = args.cols / P as u64;
     let block = block_dim_x() as u64;
     let mut pack = thread_idx_x() as u64;
-    while pack + (BATCH as u64 - 1) * block < packs {
+    while pack + (batch - 1) * block < packs {
         let first = load(pack * P as u64);
-        let mut loaded = [first; BATCH];
-        unroll::<BATCH>(|u| {
-            if u > 0 {
+        let mut loaded = [first; MAX_BATCH];
+        unroll::<MAX_BATCH>(|u| {
+            if u > 0 && (u as u64) < batch {
                 loaded[u] = load((pack + u as u64 * block) * P as u64);
             }
         });
-        unroll::<BATCH>(|u| consume(pack + u as u64 * block, loaded[u]));
-        pack += BATCH as u64 * block;
+        unroll::<MAX_BATCH>(|u| {
+            if (u as u64) < batch {
+                consume(pack + u as u64 * block, loaded[u])
+            }
+        });
+        pack += batch * block;
     }
     while pack < packs {
         consume(pack, load(pack * P as u64));
         pack += block;
     }
+}
+
+/// Packs batched while filling the shared-memory cache: 4 for f32 packs, 1 for 16-bit
+/// packs, whose f32 registers would halve the blocks resident per SM.
+const fn shared_batch(pack: usize) -> usize {
+    if pack >= 8 { 1 } else { MAX_BATCH }
 }
 
 #[inline(always)]
@@ -254,6 +268,7 @@ unsafe fn shared_forward<L: Load<P>, S: Store<P>, const P: usize>(load: &L, stor
         let mut thread_max = f32::NEG_INFINITY;
         block_packs_loaded::<P, [f32; P]>(
             args,
+            shared_batch(P),
             |col| load.load(row, col),
             |pack, v| {
                 unroll::<P>(|j| {
@@ -309,13 +324,14 @@ unsafe fn uncached_forward<L: Load<P>, S: Store<P>, const P: usize>(load: &L, st
     // SAFETY (block): every column visited is a pack inside the row.
     block_rows(args, |row| unsafe {
         let mut online = Online { max: f32::NEG_INFINITY, sum: 0.0 };
-        block_packs_loaded::<P, [f32; P]>(args, |col| load.load(row, col), |_, v| online.add(v));
+        block_packs_loaded::<P, [f32; P]>(args, MAX_BATCH, |col| load.load(row, col), |_, v| online.add(v));
         let max = block_all_reduce::<Max>(online.max);
         // A thread that saw only -inf contributes 0 (its max is -inf, its sum 0).
         let rescaled = if online.max > f32::NEG_INFINITY { online.sum * exp(online.max - max) } else { 0.0 };
         let norm = Normalize::new(max, block_all_reduce::<Sum>(rescaled), log);
         block_packs_loaded::<P, [f32; P]>(
             args,
+            MAX_BATCH,
             |col| load.load(row, col),
             |pack, v| {
                 let out = unrolled_array(|j| norm.apply(if log { v[j] } else { exp(v[j] - max) }));
@@ -377,11 +393,11 @@ unsafe fn backward_path<LY: Load<P>, LD: Load<P>, S: Store<P>, const P: usize, c
             SOFTMAX_PATH_UNCACHED => block_rows(args, |row| {
                 let pair = |col| (load_y.load(row, col), load_dy.load(row, col));
                 let mut thread_sum = 0.0;
-                block_packs_loaded::<P, _>(args, pair, |_, (y, dy)| {
+                block_packs_loaded::<P, _>(args, MAX_BATCH, pair, |_, (y, dy)| {
                     unroll::<P>(|j| thread_sum += Gradient::term(log, y[j], dy[j]))
                 });
                 let g = Gradient { log, sum: block_all_reduce::<Sum>(thread_sum) };
-                block_packs_loaded::<P, _>(args, pair, |pack, (y, dy)| {
+                block_packs_loaded::<P, _>(args, MAX_BATCH, pair, |pack, (y, dy)| {
                     store.store(unrolled_array(|j| g.apply(y[j], dy[j])), row, pack * P as u64)
                 });
             }),
@@ -395,6 +411,7 @@ unsafe fn backward_path<LY: Load<P>, LD: Load<P>, S: Store<P>, const P: usize, c
                     let mut thread_sum = 0.0;
                     block_packs_loaded::<P, _>(
                         args,
+                        1,
                         |col| (load_y.load(row, col), load_dy.load(row, col)),
                         |pack, (y, dy)| {
                             unroll::<P>(|j| {

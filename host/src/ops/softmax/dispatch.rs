@@ -107,6 +107,9 @@ pub struct Problem {
     pub pack: usize,
     /// Rows cached per element: 1 forward, 2 backward (y and dy).
     pub cached_arrays: u32,
+    /// The most threads per block the block-path kernels launch with (their register use
+    /// decides it; the driver reports it).
+    pub block_limit: u32,
     pub force: Option<PathKind>,
 }
 
@@ -174,7 +177,7 @@ fn shared_plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancy<'_>)
         return Ok(None);
     }
     let mut block = BLOCK_SIZES[0];
-    for &candidate in &BLOCK_SIZES[1..] {
+    for &candidate in BLOCK_SIZES[1..].iter().filter(|&&b| b <= problem.block_limit) {
         if occupancy(candidate, shared_bytes)? == baseline {
             block = candidate;
         }
@@ -187,7 +190,8 @@ fn shared_plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancy<'_>)
 }
 
 fn uncached_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
-    let block = 1024;
+    // The largest block the kernel allows: more threads per row, more loads in flight.
+    let block = BLOCK_SIZES.into_iter().rev().find(|&b| b <= problem.block_limit).unwrap_or(BLOCK_SIZES[0]);
     Plan { path: Path::Uncached { block }, pack: problem.pack, grid: block_grid(problem.rows, block, device) }
 }
 
@@ -197,7 +201,7 @@ mod tests {
     use crate::launch::tests::h100;
 
     fn problem(rows: usize, cols: usize, pack: usize) -> Problem {
-        Problem { rows, cols, pack, cached_arrays: 1, force: None }
+        Problem { rows, cols, pack, cached_arrays: 1, block_limit: 1024, force: None }
     }
 
     /// Occupancy of a kernel limited by shared memory alone (228 KB per SM, 64 warps).
@@ -255,6 +259,17 @@ mod tests {
         // 128 KB rows: one block per SM at any size: take 1024 threads.
         let p = plan(&problem(4096, 32768, 4), &device, &by_shared).unwrap();
         assert_eq!(p.block(), 1024);
+    }
+
+    #[test]
+    fn block_sizes_respect_the_kernel_limit() {
+        let device = h100();
+        let mut limited = problem(4096, 131072, 4);
+        limited.block_limit = 768;
+        assert_eq!(plan(&limited, &device, &by_shared).unwrap().path, Path::Uncached { block: 512 });
+        let mut limited = problem(4096, 32768, 4);
+        limited.block_limit = 512;
+        assert_eq!(plan(&limited, &device, &by_shared).unwrap().block(), 512);
     }
 
     #[test]

@@ -74,7 +74,7 @@ struct Call<'a> {
 impl Call<'_> {
     fn run(mut self) -> Result<Plan> {
         let widest = max_pack(self.dtype.size(), self.dtype.size());
-        let aligned = self.cols % widest == 0
+        let aligned = self.cols.is_multiple_of(widest)
             && self.arrays.iter().all(|&(address, bytes)| address % (widest * bytes) as u64 == 0);
         let pack = if aligned { widest } else { 1 };
         let gpu = self.stream.gpu();
@@ -91,11 +91,15 @@ impl Call<'_> {
             let shared = kernel_for(&Plan { path: Path::Shared { block, shared_bytes: bytes }, pack, grid: 1 })?;
             occupancy(shared, block, bytes)
         };
+        let block_kernel = |path| kernel_for(&Plan { path, pack, grid: 1 }).and_then(max_threads_per_block);
+        let block_limit =
+            block_kernel(Path::Uncached { block: 0 })?.min(block_kernel(Path::Shared { block: 0, shared_bytes: 0 })?);
         let problem = Problem {
             rows: self.rows,
             cols: self.cols,
             pack,
             cached_arrays: if self.backward { 2 } else { 1 },
+            block_limit,
             force: self.force,
         };
         let plan = plan(&problem, gpu.info(), &occupancy)?;
@@ -131,6 +135,22 @@ fn occupancy(kernel: Kernel, block: u32, shared_bytes: u32) -> Result<u32> {
         .during("cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
     }
     Ok(blocks.max(0) as u32)
+}
+
+/// The most threads per block `kernel` can launch with (its registers decide).
+fn max_threads_per_block(kernel: Kernel) -> Result<u32> {
+    const MAX_THREADS_PER_BLOCK: u32 = 0;
+    let mut threads = 0i32;
+    // SAFETY: writes one int for a loaded function.
+    unsafe {
+        cust::sys::cuFuncGetAttribute(
+            &mut threads,
+            std::mem::transmute::<u32, cust::sys::CUfunction_attribute>(MAX_THREADS_PER_BLOCK),
+            kernel.0,
+        )
+        .during("cuFuncGetAttribute")?;
+    }
+    Ok(threads.max(0) as u32)
 }
 
 /// Lets `kernel` launch with `bytes` of dynamic shared memory (above the default 48 KB).
@@ -338,7 +358,7 @@ impl Softmax {
 }
 
 fn check_aligned(op: &str, what: &str, address: u64, bytes: u64) -> Result<()> {
-    if address % bytes != 0 {
+    if !address.is_multiple_of(bytes) {
         invalid!("`{op}`: {what} is not aligned to its {bytes}-byte elements");
     }
     Ok(())
