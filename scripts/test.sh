@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # The test command: formatting, lints, every test (GPU suites skip in one line without a
-# device), and a PTX build through `cargo xtask build-ptx`.
+# device), and a PTX build through `cargo xtask build-ptx`. Ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
-cargo test --workspace
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --workspace 2>&1 | tee "$log"
 cargo xtask build-ptx
+passed=$(grep -Eo '(ok|FAILED)\. [0-9]+ passed' "$log" | awk '{s += $2} END {print s + 0}')
+failed=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s += $1} END {print s + 0}')
+echo "tests: $passed passed, $failed failed"

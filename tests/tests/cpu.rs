@@ -99,3 +99,36 @@ fn paired_16_bit_ops_use_half2_instructions() {
         assert!(kernel_body(ptx, symbol).contains(instruction), "{symbol} lacks {instruction}");
     }
 }
+
+/// Every exported softmax kernel: (symbol, body).
+fn softmax_kernels() -> Vec<(String, String)> {
+    let ptx = PtxModule::Softmax.ptx();
+    ptx.match_indices(".entry ")
+        .map(|(at, _)| {
+            let name: String = ptx[at + 7..].chars().take_while(|c| *c != '(').collect();
+            (name.clone(), kernel_body(ptx, &name).to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn softmax_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
+    let kernels = softmax_kernels();
+    assert_eq!(kernels.len(), 6 * 5 * 3 * 2, "kinds x paths x dtypes x packs");
+    for (name, body) in &kernels {
+        assert!(!body.contains(".local"), "{name}: uses local memory");
+        assert!(!body.contains("call"), "{name}: calls a function (a panic path?)");
+        assert!(body.contains("shfl.sync.bfly.b32"), "{name}: no butterfly shuffle");
+        assert!(!body.contains("div.rn.f32") && !body.contains("div.full"), "{name}: IEEE division");
+        let widest_pack = !name.ends_with("_p1");
+        // Cross entropy reads logits only; the pack-1 kernels move one element per access.
+        if widest_pack {
+            assert!(body.contains("ld.global.nc.v4.u32"), "{name}: no 16-byte load");
+        }
+        if widest_pack && !name.contains("_cross_entropy_") {
+            assert!(body.contains("st.global.v4.u32"), "{name}: no 16-byte store");
+        }
+        let block_path = name.contains("_shared_") || name.contains("_uncached_");
+        assert_eq!(body.contains("bar.sync"), block_path, "{name}: barriers only on the block paths");
+    }
+}
