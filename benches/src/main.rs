@@ -37,6 +37,31 @@ struct Row {
     of_copy: f64,
 }
 
+impl Row {
+    /// A measurement of `bytes` moved in `micros`, against the copy's GB/s (`None`: this
+    /// row is the copy).
+    fn new(
+        op: &str,
+        dtype: &'static str,
+        shape: &str,
+        path: &str,
+        bytes: usize,
+        micros: f64,
+        copy_gbps: Option<f64>,
+    ) -> Row {
+        let gbps = bytes as f64 / micros / 1e3;
+        Row {
+            op: op.into(),
+            dtype,
+            shape: shape.into(),
+            path: path.into(),
+            micros,
+            gbps,
+            of_copy: copy_gbps.map_or(1.0, |copy| gbps / copy),
+        }
+    }
+}
+
 fn main() {
     let options = parse_args();
     let gpu = match Gpu::new(0) {
@@ -163,17 +188,10 @@ fn sweep<T: Element>(gpu: &Gpu, stream: &Stream, options: &Options, rows: &mut V
             let [x, ..] = &tensors[s];
             rill::copy(stream, x, &mut outputs[s])
         })?;
-        let copy_gbps = copy_bytes as f64 / copy_us / 1e3;
         let shape = format!("[{len}]");
-        rows.push(Row {
-            op: "copy".into(),
-            dtype,
-            shape: shape.clone(),
-            path: "-".into(),
-            micros: copy_us,
-            gbps: copy_gbps,
-            of_copy: 1.0,
-        });
+        let copy = Row::new("copy", dtype, &shape, "-", copy_bytes, copy_us, None);
+        let copy_gbps = copy.gbps;
+        rows.push(copy);
 
         for op in ELEMENTWISE_OPS {
             if !options.wants(op.name) && !options.wants("elementwise") {
@@ -204,16 +222,7 @@ fn sweep<T: Element>(gpu: &Gpu, stream: &Stream, options: &Options, rows: &mut V
                     other => Err(rill::Error::Unsupported(format!("no benchmark for `{other}`"))),
                 }
             })?;
-            let gbps = bytes as f64 / micros / 1e3;
-            rows.push(Row {
-                op: op.name.into(),
-                dtype,
-                shape: shape.clone(),
-                path: "-".into(),
-                micros,
-                gbps,
-                of_copy: gbps / copy_gbps,
-            });
+            rows.push(Row::new(op.name, dtype, &shape, "-", bytes, micros, Some(copy_gbps)));
         }
         eprintln!("{dtype} n={len}: done");
     }
@@ -249,16 +258,9 @@ fn softmax_sweep<T: Element>(
 
         let copy_bytes = 2 * len * size;
         let copy_us = median_micros(stream, sets, copy_bytes, |s| rill::copy(stream, &inputs[s][0], &mut outputs[s]))?;
-        let copy_gbps = copy_bytes as f64 / copy_us / 1e3;
-        rows_out.push(Row {
-            op: "copy".into(),
-            dtype,
-            shape: shape.clone(),
-            path: "-".into(),
-            micros: copy_us,
-            gbps: copy_gbps,
-            of_copy: 1.0,
-        });
+        let copy = Row::new("copy", dtype, &shape, "-", copy_bytes, copy_us, None);
+        let copy_gbps = copy.gbps;
+        rows_out.push(copy);
 
         for (op, arrays) in [("softmax", 2), ("log_softmax", 2), ("softmax_backward", 3)] {
             if !options.wants(op) && !options.wants("softmax") {
@@ -276,17 +278,8 @@ fn softmax_sweep<T: Element>(
                 });
                 Ok(())
             })?;
-            let gbps = bytes as f64 / micros / 1e3;
             let path = plan.map_or("-".into(), |p| p.describe());
-            rows_out.push(Row {
-                op: op.into(),
-                dtype,
-                shape: shape.clone(),
-                path,
-                micros,
-                gbps,
-                of_copy: gbps / copy_gbps,
-            });
+            rows_out.push(Row::new(op, dtype, &shape, &path, bytes, micros, Some(copy_gbps)));
         }
         eprintln!("softmax {dtype} {shape}: done");
     }
