@@ -116,16 +116,9 @@ impl Stream {
 
 /// `CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`, which cust's enum lacks.
 fn shared_memory_per_block_optin(device: Device) -> Result<u32> {
-    const MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: u32 = 97;
+    let attribute = cust::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN;
     let mut value = 0i32;
     // SAFETY: writes one int for a valid device and attribute.
-    unsafe {
-        cust::sys::cuDeviceGetAttribute(
-            &mut value,
-            std::mem::transmute::<u32, cust::sys::CUdevice_attribute>(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
-            device.as_raw(),
-        )
-        .during("cuDeviceGetAttribute")?;
-    }
-    Ok(value as u32)
+    unsafe { cust::sys::cuDeviceGetAttribute(&mut value, attribute, device.as_raw()).during("cuDeviceGetAttribute")? };
+    Ok(value.max(0) as u32)
 }

@@ -37,7 +37,7 @@ pub(crate) unsafe fn launch<P: Copy>(stream: &Stream, kernel: Kernel, config: La
     // point to is the caller's obligation.
     unsafe {
         cust::sys::cuLaunchKernel(
-            kernel.0,
+            kernel.function,
             config.grid,
             1,
             1,

@@ -2,7 +2,10 @@
 
 use crate::error::{DriverContext, Error, Result};
 use cust::module::Module;
-use cust::sys::CUfunction;
+use cust::sys::{
+    CUfunction, CUfunction_attribute, cuFuncGetAttribute, cuFuncSetAttribute,
+    cuOccupancyMaxActiveBlocksPerMultiprocessor,
+};
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::sync::Mutex;
@@ -33,12 +36,53 @@ impl PtxModule {
     }
 }
 
-/// A kernel's function handle, valid while its module is loaded (as long as the `Gpu`).
+/// A kernel's function handle, valid while its module is loaded (as long as the `Gpu`),
+/// with its thread limit, read once at lookup.
 #[derive(Clone, Copy)]
-pub(crate) struct Kernel(pub(crate) CUfunction);
+pub(crate) struct Kernel {
+    pub(crate) function: CUfunction,
+    /// The most threads per block it launches with (its registers decide).
+    pub(crate) max_threads_per_block: u32,
+}
 
 // SAFETY: a CUfunction is a handle the driver lets any thread use within its context.
 unsafe impl Send for Kernel {}
+
+impl Kernel {
+    fn new(function: CUfunction) -> Result<Kernel> {
+        let mut threads = 0i32;
+        // SAFETY: writes one int for a loaded function.
+        unsafe {
+            cuFuncGetAttribute(&mut threads, CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function)
+                .during("cuFuncGetAttribute")?;
+        }
+        Ok(Kernel { function, max_threads_per_block: threads.max(0) as u32 })
+    }
+
+    /// Lets the kernel launch with `bytes` of dynamic shared memory (above the default 48 KB).
+    pub(crate) fn allow_dynamic_shared(self, bytes: u32) -> Result<()> {
+        let attribute = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        // SAFETY: sets an attribute of a loaded function.
+        unsafe { cuFuncSetAttribute(self.function, attribute, bytes as i32).during("cuFuncSetAttribute") }
+    }
+
+    /// Blocks of `block` threads and `shared_bytes` of dynamic shared memory the kernel keeps
+    /// resident per multiprocessor (the occupancy API).
+    pub(crate) fn blocks_per_multiprocessor(self, block: u32, shared_bytes: u32) -> Result<u32> {
+        let mut blocks = 0i32;
+        // SAFETY: writes one int for a loaded function.
+        unsafe {
+            cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                &mut blocks,
+                self.function,
+                block as i32,
+                shared_bytes as usize,
+            )
+            .during("cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
+        }
+        Ok(blocks.max(0) as u32)
+    }
+}
 
 #[derive(Default)]
 pub(crate) struct Modules {
@@ -62,7 +106,7 @@ impl Modules {
         let function = loaded_module
             .get_function(symbol)
             .map_err(|_| Error::Unsupported(format!("kernel `{symbol}` is not in PTX module `{}`", module.name())))?;
-        let kernel = Kernel(function.to_raw());
+        let kernel = Kernel::new(function.to_raw())?;
         kernels.insert(symbol, kernel);
         Ok(kernel)
     }

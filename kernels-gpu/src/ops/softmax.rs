@@ -580,6 +580,12 @@ pub unsafe fn backward<T: Scalar, const P: usize, const PATH: usize>(args: &Soft
     }
 }
 
+/// `args.period` as a divisor (the host never passes 0; 1 stands in if it did).
+#[inline(always)]
+fn period(args: &SoftmaxArgs) -> NonZeroU64 {
+    NonZeroU64::new(args.period).unwrap_or(NonZeroU64::MIN)
+}
+
 #[inline(always)]
 pub unsafe fn scale_mask<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
     // SAFETY: see `direct`; the mask has `period` rows.
@@ -587,7 +593,7 @@ pub unsafe fn scale_mask<T: Scalar, const P: usize, const PATH: usize>(args: &So
         let load = ScaleMaskLoad {
             x: direct::<T>(args.input, args.cols).0,
             mask: direct::<T>(args.second, args.cols).0,
-            period: NonZeroU64::new(args.period).unwrap_or(NonZeroU64::MIN),
+            period: period(args),
             scale: args.scale,
         };
         let (_, store) = direct::<T>(args.output, args.cols);
@@ -599,11 +605,7 @@ pub unsafe fn scale_mask<T: Scalar, const P: usize, const PATH: usize>(args: &So
 pub unsafe fn causal<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
     // SAFETY: see `direct`.
     unsafe {
-        let load = CausalLoad {
-            x: direct::<T>(args.input, args.cols).0,
-            period: NonZeroU64::new(args.period).unwrap_or(NonZeroU64::MIN),
-            scale: args.scale,
-        };
+        let load = CausalLoad { x: direct::<T>(args.input, args.cols).0, period: period(args), scale: args.scale };
         let (_, store) = direct::<T>(args.output, args.cols);
         forward_path::<_, _, P, PATH>(&load, &store, args);
     }

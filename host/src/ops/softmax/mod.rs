@@ -9,7 +9,7 @@
 pub mod dispatch;
 
 use crate::Stream;
-use crate::error::{DriverContext, Error, Result, invalid};
+use crate::error::{Error, Result, invalid};
 use crate::launch::{LaunchConfig, launch};
 use crate::module::{Kernel, PtxModule};
 use crate::tensor::{AsView, AsViewMut, DType, Element, View};
@@ -89,9 +89,10 @@ impl Call<'_> {
         // Asked only when the planner considers the shared path.
         let occupancy = |block: u32, bytes: u32| {
             let shared = kernel_for(&Plan { path: Path::Shared { block, shared_bytes: bytes }, pack, grid: 1 })?;
-            occupancy(shared, block, bytes)
+            shared.allow_dynamic_shared(bytes.max(STATIC_SHARED_BYTES))?;
+            shared.blocks_per_multiprocessor(block, bytes)
         };
-        let block_kernel = |path| kernel_for(&Plan { path, pack, grid: 1 }).and_then(max_threads_per_block);
+        let block_kernel = |path| kernel_for(&Plan { path, pack, grid: 1 }).map(|k| k.max_threads_per_block);
         let block_limit =
             block_kernel(Path::Uncached { block: 0 })?.min(block_kernel(Path::Shared { block: 0, shared_bytes: 0 })?);
         let problem = Problem {
@@ -105,7 +106,7 @@ impl Call<'_> {
         let plan = plan(&problem, gpu.info(), &occupancy)?;
         let kernel = kernel_for(&plan)?;
         if let Path::Shared { shared_bytes, .. } = plan.path {
-            allow_dynamic_shared(kernel, shared_bytes)?;
+            kernel.allow_dynamic_shared(shared_bytes.max(STATIC_SHARED_BYTES))?;
         }
         if let Path::Warp { width, .. } = plan.path {
             self.args.width = width;
@@ -118,52 +119,6 @@ impl Call<'_> {
         // pack; the geometry is the one the plan made for this path.
         unsafe { launch(self.stream, kernel, config, &self.args)? };
         Ok(plan)
-    }
-}
-
-fn occupancy(kernel: Kernel, block: u32, shared_bytes: u32) -> Result<u32> {
-    allow_dynamic_shared(kernel, shared_bytes)?;
-    let mut blocks = 0i32;
-    // SAFETY: writes one int for a loaded function.
-    unsafe {
-        cust::sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
-            &mut blocks,
-            kernel.0,
-            block as i32,
-            shared_bytes as usize,
-        )
-        .during("cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
-    }
-    Ok(blocks.max(0) as u32)
-}
-
-/// The most threads per block `kernel` can launch with (its registers decide).
-fn max_threads_per_block(kernel: Kernel) -> Result<u32> {
-    const MAX_THREADS_PER_BLOCK: u32 = 0;
-    let mut threads = 0i32;
-    // SAFETY: writes one int for a loaded function.
-    unsafe {
-        cust::sys::cuFuncGetAttribute(
-            &mut threads,
-            std::mem::transmute::<u32, cust::sys::CUfunction_attribute>(MAX_THREADS_PER_BLOCK),
-            kernel.0,
-        )
-        .during("cuFuncGetAttribute")?;
-    }
-    Ok(threads.max(0) as u32)
-}
-
-/// Lets `kernel` launch with `bytes` of dynamic shared memory (above the default 48 KB).
-fn allow_dynamic_shared(kernel: Kernel, bytes: u32) -> Result<()> {
-    const MAX_DYNAMIC_SHARED_SIZE_BYTES: u32 = 8;
-    // SAFETY: sets an attribute of a loaded function.
-    unsafe {
-        cust::sys::cuFuncSetAttribute(
-            kernel.0,
-            std::mem::transmute::<u32, cust::sys::CUfunction_attribute>(MAX_DYNAMIC_SHARED_SIZE_BYTES),
-            bytes.max(STATIC_SHARED_BYTES) as i32,
-        )
-        .during("cuFuncSetAttribute")
     }
 }
 
