@@ -4,6 +4,8 @@
 //!   into target/ptx/<arch>/).
 //! - `gpu-bundle [--out DIR]`: builds the release GPU test suite, benchmark and runner and
 //!   copies the executables into one folder (default `.gpu/`) to run on a GPU machine.
+//! - `bench [ARGS]`: builds and runs the benchmark (`rill-bench`, see its docs for ARGS);
+//!   without a GPU it says "no CUDA device" and succeeds.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, exit};
@@ -13,7 +15,9 @@ fn main() {
     let result = match args.first().map(String::as_str) {
         Some("build-ptx") => build_ptx(&args[1..]),
         Some("gpu-bundle") => gpu_bundle(&args[1..]),
-        _ => Err("usage: cargo xtask build-ptx [--arch sm_XY] [--out DIR] | gpu-bundle [--out DIR]".to_string()),
+        Some("bench") => bench(&args[1..]),
+        _ => Err("usage: cargo xtask build-ptx [--arch sm_XY] [--out DIR] | gpu-bundle [--out DIR] | bench [ARGS]"
+            .to_string()),
     };
     if let Err(message) = result {
         eprintln!("error: {message}");
@@ -85,4 +89,14 @@ fn gpu_bundle(args: &[String]) -> Result<(), String> {
         println!("bundled {short}");
     }
     Ok(())
+}
+
+fn bench(args: &[String]) -> Result<(), String> {
+    let status = Command::new(env!("CARGO"))
+        .current_dir(workspace_root())
+        .args(["run", "--release", "--quiet", "-p", "rill-benches", "--bin", "rill-bench", "--"])
+        .args(args)
+        .status()
+        .map_err(|e| format!("could not run cargo: {e}"))?;
+    if status.success() { Ok(()) } else { Err(format!("rill-bench failed ({status})")) }
 }

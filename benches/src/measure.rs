@@ -1,0 +1,89 @@
+//! Timing: CUDA events around batches of launches, median of batches, inputs rotated
+//! through enough buffer sets that no launch reads from L2.
+
+use crate::report::Record;
+use rill::{Gpu, Stream};
+
+/// What every sweep shares: the device, options, the results so far, and progress.
+pub struct Bench {
+    pub gpu: Gpu,
+    pub stream: Stream,
+    pub quick: bool,
+    pub filter: Option<String>,
+    pub records: Vec<Record>,
+    done: usize,
+    total: usize,
+}
+
+impl Bench {
+    pub fn new(gpu: Gpu, quick: bool, filter: Option<String>) -> rill::Result<Bench> {
+        let stream = gpu.stream()?;
+        Ok(Bench { gpu, stream, quick, filter, records: Vec::new(), done: 0, total: 0 })
+    }
+
+    /// Whether the filter (if any) selects op `name` of `family`.
+    pub fn wants(&self, family: &str, name: &str) -> bool {
+        self.filter.as_ref().is_none_or(|f| name.contains(f.as_str()) || family.contains(f.as_str()))
+    }
+
+    /// Announces `steps` more measurements for the progress line.
+    pub fn plan(&mut self, steps: usize) {
+        self.total += steps;
+    }
+
+    /// Buffer sets cycled through so their total is at least four L2 caches.
+    pub fn buffer_sets(&self, bytes_per_set: usize) -> usize {
+        (4 * self.gpu.info().l2_bytes as usize).div_ceil(bytes_per_set.max(1)).clamp(1, 64)
+    }
+
+    /// Median device time of one `launch(stream, set)`, in microseconds, over 15 timed
+    /// batches (the launches go on the timed stream).
+    pub fn median_micros(
+        &mut self,
+        sets: usize,
+        bytes: usize,
+        mut launch: impl FnMut(&Stream, usize) -> rill::Result<()>,
+    ) -> rill::Result<f64> {
+        // Enough launches per timed batch for about 2 ms at 3 TB/s.
+        let per_batch = (2e-3 * 3e12 / bytes as f64).ceil().clamp(1.0, 500.0) as usize;
+        for set in 0..sets.max(3) {
+            launch(&self.stream, set % sets)?;
+        }
+        let mut samples = Vec::with_capacity(15);
+        for batch in 0..15 {
+            let ms =
+                self.stream.time_ms(|s| (0..per_batch).try_for_each(|i| launch(s, (batch * per_batch + i) % sets)))?;
+            samples.push(1e3 * ms as f64 / per_batch as f64);
+        }
+        samples.sort_by(f64::total_cmp);
+        Ok(samples[samples.len() / 2])
+    }
+
+    /// Records a measurement of `bytes` moved in `micros` (against `copy_gbps`; `None` for the
+    /// copy itself) and advances the progress line; returns the GB/s.
+    #[allow(clippy::too_many_arguments, reason = "one measurement's fields")]
+    pub fn record(
+        &mut self,
+        op: &str,
+        dtype: &str,
+        shape: &[usize],
+        path: &str,
+        bytes: usize,
+        micros: f64,
+        copy_gbps: Option<f64>,
+    ) -> f64 {
+        let gbps = bytes as f64 / micros / 1e3;
+        self.records.push(Record {
+            op: op.into(),
+            dtype: dtype.into(),
+            shape: shape.to_vec(),
+            path: path.into(),
+            micros,
+            gbps,
+            of_copy: copy_gbps.map_or(1.0, |copy| gbps / copy),
+        });
+        self.done += 1;
+        eprint!("\r[{:>4}/{:>4}] {op} {dtype} {shape:?}                    ", self.done, self.total.max(self.done));
+        gbps
+    }
+}

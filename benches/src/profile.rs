@@ -1,0 +1,86 @@
+//! `--profile`: one transformer block's worth of the ops on main at Llama-like sizes
+//! (hidden 4096, 32 heads, sequence 2048, batch 4, MLP 11008, vocabulary 32000), bf16,
+//! each op's device time and its share of the total, slowest first.
+
+use crate::measure::Bench;
+use half::bf16;
+use rill::{Tensor, elementwise as ew, softmax};
+
+const BATCH: usize = 4;
+const SEQ: usize = 2048;
+const HIDDEN: usize = 4096;
+const HEADS: usize = 32;
+const MLP: usize = 11008;
+const VOCAB: usize = 32000;
+
+/// One op of the profile, queued on the stream it is given.
+type Launch<'a> = Box<dyn FnMut(&rill::Stream) -> rill::Result<()> + 'a>;
+
+pub fn run(bench: &mut Bench) -> rill::Result<()> {
+    let gpu = bench.gpu.clone();
+    let tokens = BATCH * SEQ;
+    let random = |shape: &[usize]| -> rill::Result<Tensor<bf16>> {
+        let len: usize = shape.iter().product();
+        let host: Vec<bf16> = (0..len).map(|i| bf16::from_f32(((i * 7919 % 2003) as f32 - 1001.0) / 250.0)).collect();
+        Tensor::from_slice(&gpu, &host, shape)
+    };
+    let scores_shape = [BATCH * HEADS, SEQ, SEQ];
+    let (scores, grad_scores) = (random(&scores_shape)?, random(&scores_shape)?);
+    let mut probs = Tensor::<bf16>::zeros(&gpu, &scores_shape)?;
+    let (gate, up) = (random(&[tokens, MLP])?, random(&[tokens, MLP])?);
+    let mut act = Tensor::<bf16>::zeros(&gpu, &[tokens, MLP])?;
+    let mut hidden = Tensor::<bf16>::zeros(&gpu, &[tokens, MLP])?;
+    let (residual, branch) = (random(&[tokens, HIDDEN])?, random(&[tokens, HIDDEN])?);
+    let mut sum = Tensor::<bf16>::zeros(&gpu, &[tokens, HIDDEN])?;
+    let logits = random(&[tokens, VOCAB])?;
+    let mut dlogits = Tensor::<bf16>::zeros(&gpu, &[tokens, VOCAB])?;
+    let target =
+        Tensor::from_slice(&gpu, &(0..tokens).map(|t| (t * 31 % VOCAB) as i64).collect::<Vec<_>>(), &[tokens])?;
+    let mut loss = Tensor::<f32>::zeros(&gpu, &[tokens])?;
+    let dloss = Tensor::from_slice(&gpu, &vec![1.0f32 / tokens as f32; tokens], &[tokens])?;
+    let scale = 1.0 / (HIDDEN as f32 / HEADS as f32).sqrt();
+
+    let mut times: Vec<(&str, f64)> = Vec::new();
+    let mut time = |bench: &mut Bench, name, mut f: Launch<'_>| {
+        let micros = bench.median_micros(1, 1 << 30, |stream, _| f(stream))?;
+        times.push((name, micros));
+        rill::Result::Ok(())
+    };
+    time(
+        bench,
+        "attention causal softmax",
+        Box::new(|s| softmax::scaled_causal_softmax(s, &scores, scale, &mut probs).map(drop)),
+    )?;
+    time(
+        bench,
+        "attention softmax backward",
+        Box::new(|s| softmax::softmax_backward(s, &scores, &grad_scores, &mut probs).map(drop)),
+    )?;
+    time(bench, "mlp silu(gate)", Box::new(|s| ew::silu(s, &gate, &mut act)))?;
+    time(bench, "mlp silu(gate) * up", Box::new(|s| ew::mul(s, &act, &up, &mut hidden)))?;
+    time(
+        bench,
+        "residual add (x2)",
+        Box::new(|s| ew::add(s, &residual, &branch, &mut sum).and_then(|_| ew::add(s, &residual, &branch, &mut sum))),
+    )?;
+    time(bench, "cross entropy", Box::new(|s| softmax::cross_entropy(s, &logits, &target, &mut loss).map(drop)))?;
+    time(
+        bench,
+        "cross entropy backward",
+        Box::new(|s| softmax::cross_entropy_backward(s, &logits, &target, &dloss, &mut dlogits).map(drop)),
+    )?;
+
+    times.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let total: f64 = times.iter().map(|t| t.1).sum();
+    eprintln!();
+    println!(
+        "\nprofile: batch {BATCH}, sequence {SEQ}, hidden {HIDDEN}, heads {HEADS}, MLP {MLP}, vocabulary {VOCAB}, bf16"
+    );
+    println!("{:<28} {:>12} {:>7}", "op", "time (us)", "share");
+    for (name, micros) in &times {
+        println!("{name:<28} {micros:>12.1} {:>6.1}%", 100.0 * micros / total);
+    }
+    println!("{:<28} {total:>12.1} {:>6.1}%", "total", 100.0);
+    println!("(normalization ops are not on main yet; they join this table when they land)");
+    Ok(())
+}
