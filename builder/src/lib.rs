@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The PTX modules the device crate provides, one cargo feature each.
-pub const MODULES: &[&str] = &["elementwise", "softmax"];
+pub const MODULES: &[&str] = &["elementwise", "softmax", "norm", "norm_ladder"];
 
 /// The GPU architecture the PTX targets; the driver JIT-compiles it for newer GPUs.
 pub const DEFAULT_ARCH: &str = "sm_80";
@@ -75,7 +75,7 @@ impl std::error::Error for BuildError {}
 pub struct PtxBuild {
     /// The device crate's directory (holding its Cargo.toml).
     pub crate_dir: PathBuf,
-    /// The nested build's own target directory.
+    /// The nested builds' own target directory (a subdirectory per module).
     pub target_dir: PathBuf,
     /// Where `<module>.ptx` files are written.
     pub out_dir: PathBuf,
@@ -100,16 +100,22 @@ impl PtxBuild {
         check_arch(&self.arch)?;
         check_toolchain(&self.crate_dir)?;
         std::fs::create_dir_all(&self.out_dir).map_err(|e| BuildError::Io(self.out_dir.clone(), e))?;
-        MODULES.iter().map(|module| self.build_module(module)).collect()
+        // Modules build in parallel, each in its own target directory (cargo would serialize
+        // builds sharing one).
+        std::thread::scope(|scope| {
+            let builds: Vec<_> = MODULES.iter().map(|module| scope.spawn(move || self.build_module(module))).collect();
+            builds.into_iter().map(|build| build.join().expect("a module build thread panicked")).collect()
+        })
     }
 
     fn build_module(&self, module: &str) -> Result<PathBuf, BuildError> {
+        let target_dir = self.target_dir.join(module);
         let mut cargo = clean_command("cargo");
         cargo
             .current_dir(&self.crate_dir)
             .args(["rustc", "--release", "--lib", "--crate-type", "cdylib", "-Zbuild-std=core"])
             .args(["--target", TARGET, "--features", module, "--target-dir"])
-            .arg(&self.target_dir)
+            .arg(&target_dir)
             .args(["--config", "profile.release.panic=\"abort\""])
             // Kernels are built from small generic pieces and closures that must all inline
             // (an outlined piece turns register arrays into local memory).
@@ -121,7 +127,7 @@ impl PtxBuild {
         if !status.success() {
             return Err(BuildError::CargoFailed { module: module.to_string(), status });
         }
-        let built = self.target_dir.join(TARGET).join("release").join("rill_kernels_gpu.ptx");
+        let built = target_dir.join(TARGET).join("release").join("rill_kernels_gpu.ptx");
         if !built.is_file() {
             return Err(BuildError::NoPtx(built));
         }

@@ -15,15 +15,21 @@ use std::sync::Mutex;
 pub enum PtxModule {
     Elementwise,
     Softmax,
+    Norm,
+    /// The RMSNorm optimization ladder: naive kernels the benchmark compares against.
+    NormLadder,
 }
 
 impl PtxModule {
-    pub const ALL: [PtxModule; 2] = [PtxModule::Elementwise, PtxModule::Softmax];
+    pub const ALL: [PtxModule; 4] =
+        [PtxModule::Elementwise, PtxModule::Softmax, PtxModule::Norm, PtxModule::NormLadder];
 
     pub fn name(self) -> &'static str {
         match self {
             PtxModule::Elementwise => "elementwise",
             PtxModule::Softmax => "softmax",
+            PtxModule::Norm => "norm",
+            PtxModule::NormLadder => "norm_ladder",
         }
     }
 
@@ -32,6 +38,8 @@ impl PtxModule {
         match self {
             PtxModule::Elementwise => include_str!(concat!(env!("OUT_DIR"), "/elementwise.ptx")),
             PtxModule::Softmax => include_str!(concat!(env!("OUT_DIR"), "/softmax.ptx")),
+            PtxModule::Norm => include_str!(concat!(env!("OUT_DIR"), "/norm.ptx")),
+            PtxModule::NormLadder => include_str!(concat!(env!("OUT_DIR"), "/norm_ladder.ptx")),
         }
     }
 }

@@ -115,20 +115,37 @@ pub const fn max_pack(in_bytes: usize, out_bytes: usize) -> usize {
     PACK_BYTES / widest
 }
 
-/// Threads per block of the softmax warp path (groups of `width` lanes, one or two rows each).
-pub const SOFTMAX_WARP_BLOCK_SIZE: u32 = 128;
+/// Threads per block of the row-wise ops' warp path (groups of `width` lanes, one or two
+/// rows each).
+pub const ROW_WARP_BLOCK_SIZE: u32 = 128;
 
 /// Rows a lane group handles per access on the warp path: two for groups narrower than a
 /// warp in the 8-element tier (more loads in flight for narrow rows), else one (the wider
 /// tiers would need twice the registers).
-pub const fn softmax_rows_per_access(elements: usize, width: u32) -> u64 {
+pub const fn rows_per_access(elements: usize, width: u32) -> u64 {
     if elements <= 8 && width < 32 { 2 } else { 1 }
 }
 
-/// Path codes of the softmax kernels: a warp path holds `code` elements per thread per row
-/// in registers (8, 16 or 32); these two are the block paths.
-pub const SOFTMAX_PATH_SHARED: usize = 1;
-pub const SOFTMAX_PATH_UNCACHED: usize = 0;
+/// Path codes of the row-wise kernels (softmax, norms): a warp path holds `code` elements
+/// per thread per row in registers (8, 16 or 32); these two are the block paths.
+pub const ROW_PATH_SHARED: usize = 1;
+pub const ROW_PATH_UNCACHED: usize = 0;
+
+/// The `(rows, cols)` view a row-wise kernel works on, and its warp path's group width.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RowShape {
+    pub rows: u64,
+    pub cols: u64,
+    /// Lanes per row on the warp path (a power of two up to 32).
+    pub width: u32,
+    pub reserved: u32,
+}
+
+/// Kernel parameter structs that start with a [`RowShape`].
+pub trait RowArgs: Copy {
+    fn shape_mut(&mut self) -> &mut RowShape;
+}
 
 /// `target` value whose row is ignored by cross entropy (loss 0, gradient 0), as PyTorch's
 /// default `ignore_index`.
@@ -138,8 +155,7 @@ pub const CROSS_ENTROPY_IGNORE_INDEX: i64 = -100;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct SoftmaxArgs {
-    pub rows: u64,
-    pub cols: u64,
+    pub shape: RowShape,
     /// x (forward) or y (backward).
     pub input: u64,
     /// dy (backward) or the additive mask (scale_mask).
@@ -155,9 +171,12 @@ pub struct SoftmaxArgs {
     pub scale: f32,
     /// 1 for log-softmax.
     pub log: u32,
-    /// Lanes per row on the warp path.
-    pub width: u32,
-    pub reserved: u32,
+}
+
+impl RowArgs for SoftmaxArgs {
+    fn shape_mut(&mut self) -> &mut RowShape {
+        &mut self.shape
+    }
 }
 
 /// The exported symbol of a softmax kernel.

@@ -1,4 +1,5 @@
 //! One module per op family: validate, dispatch, launch.
 
 pub mod elementwise;
+mod rows;
 pub mod softmax;

@@ -1,20 +1,18 @@
 //! Softmax and log-softmax over the rows of a `(rows, cols)` view, forward and backward,
-//! with OneFlow's three implementations:
-//! - warp: a group of `width` lanes (1 to 32) owns one row (two when narrower than a
-//!   warp), the row held in registers, `E` elements per lane;
-//! - shared: a block owns a row, cached in dynamic shared memory;
-//! - uncached: a block owns a row and re-reads it from global memory (any width).
+//! on the three paths of [`crate::ops::rows`] (warp, shared, uncached).
 //!
 //! Every kernel reads through a [`Load`] and writes through a [`Store`], so the fused
 //! variants (scale and mask, causal mask, cross entropy) are functors over the same bodies.
 
-use crate::abi::{
-    CROSS_ENTROPY_IGNORE_INDEX, SOFTMAX_PATH_SHARED, SOFTMAX_PATH_UNCACHED, SoftmaxArgs, softmax_rows_per_access,
+use super::rows::{
+    MAX_BATCH, WarpRows, block_packs, block_packs_loaded, block_rows, shared_batch, warp_load, warp_row_reduce,
+    warp_store,
 };
-use crate::arch::{WARP_SIZE, block_dim_x, block_idx_x, dynamic_shared, grid_dim_x, thread_idx_x};
+use crate::abi::{CROSS_ENTROPY_IGNORE_INDEX, ROW_PATH_SHARED, ROW_PATH_UNCACHED, SoftmaxArgs};
+use crate::arch::dynamic_shared;
 use crate::math::exp;
 use crate::pack::{DirectLoad, DirectStore, Load, RowMajor, Store};
-use crate::reduce::{Max, Reduce, Sum, block_all_reduce, group_all_reduce};
+use crate::reduce::{Max, Sum, block_all_reduce};
 use crate::scalar::Scalar;
 use crate::unroll::{unroll, unrolled_array};
 use core::num::NonZeroU64;
@@ -41,233 +39,48 @@ impl Normalize {
     }
 }
 
-/// Where a lane's rows are on the warp path. A warp steps through rows as a whole
-/// (`warp_first`, `+ step`, ...), its groups at `group_offset` rows from the warp's first, so
-/// every lane runs the same iterations and shuffles never see a lane that left the loop.
-struct WarpRows {
-    width: u32,
-    lane: u32,
-    rows_per_access: u64,
-    warp_first: u64,
-    group_offset: u64,
-    step: u64,
-}
-
-impl WarpRows {
-    #[inline(always)]
-    fn new<const E: usize>(args: &SoftmaxArgs) -> Self {
-        // A power of two up to 32 (the host checks): shifts and masks, no division.
-        let width = args.width.clamp(1, WARP_SIZE);
-        let width_log2 = width.trailing_zeros();
-        let rows_per_access = softmax_rows_per_access(E, width);
-        let rows_per_warp = ((WARP_SIZE >> width_log2) as u64) * rows_per_access;
-        let warp = ((block_idx_x() * block_dim_x() + thread_idx_x()) / WARP_SIZE) as u64;
-        let warps = (grid_dim_x() * block_dim_x() / WARP_SIZE) as u64;
-        let group_in_warp = ((thread_idx_x() % WARP_SIZE) >> width_log2) as u64;
-        WarpRows {
-            width,
-            lane: thread_idx_x() & (width - 1),
-            rows_per_access,
-            warp_first: warp * rows_per_warp,
-            group_offset: group_in_warp * rows_per_access,
-            step: warps * rows_per_warp,
-        }
-    }
-
-    /// Column of element `i` (a multiple of the pack `P`) of this lane.
-    #[inline(always)]
-    fn col<const P: usize>(&self, i: usize) -> u64 {
-        (((i / P) as u64) * self.width as u64 + self.lane as u64) * P as u64
-    }
-}
-
-/// Whether row `r` (0 or 1) of an access can exist for `E` elements per lane: known at
-/// compile time, so the second row's registers and shuffles vanish from the wide tiers.
-#[inline(always)]
-const fn row_possible<const E: usize>(r: usize) -> bool {
-    r < softmax_rows_per_access(E, 1) as usize
-}
-
-/// Loads `E` elements per row of up to two rows into registers (`fill` where out of range).
-#[inline(always)]
-unsafe fn warp_load<L: Load<P>, const P: usize, const E: usize>(
-    load: &L,
-    at: &WarpRows,
-    first: u64,
-    args: &SoftmaxArgs,
-    fill: f32,
-) -> [[f32; E]; 2] {
-    let mut buf = [[fill; E]; 2];
-    unroll::<2>(|r| {
-        let row = first + r as u64;
-        if row_possible::<E>(r) && (r as u64) < at.rows_per_access && row < args.rows {
-            unroll::<E>(|i| {
-                let col = at.col::<P>(i);
-                if i % P == 0 && col < args.cols {
-                    // SAFETY: row < rows and col + P <= cols (cols is a multiple of P).
-                    let v = unsafe { load.load(row, col) };
-                    unroll::<P>(|j| buf[r][i + j] = v[j]);
-                }
-            });
-        }
-    });
-    buf
-}
-
-/// Stores the registers of up to two rows through `store`, mapping each element by `f`.
-#[inline(always)]
-unsafe fn warp_store<S: Store<P>, const P: usize, const E: usize>(
-    store: &S,
-    at: &WarpRows,
-    first: u64,
-    args: &SoftmaxArgs,
-    f: impl Fn(usize, usize) -> f32,
-) {
-    unroll::<2>(|r| {
-        let row = first + r as u64;
-        if row_possible::<E>(r) && (r as u64) < at.rows_per_access && row < args.rows {
-            unroll::<E>(|i| {
-                let col = at.col::<P>(i);
-                if i % P == 0 && col < args.cols {
-                    // SAFETY: as in warp_load.
-                    unsafe { store.store(unrolled_array(|j| f(r, i + j)), row, col) };
-                }
-            });
-        }
-    });
-}
-
-/// `R` over each of the two rows' registers, then across the lane group.
-#[inline(always)]
-unsafe fn warp_row_reduce<R: Reduce, const E: usize>(
-    mut values: impl FnMut(usize, usize) -> f32,
-    width: u32,
-) -> [f32; 2] {
-    let mut out = [R::IDENTITY; 2];
-    unroll::<2>(|r| {
-        if row_possible::<E>(r) {
-            let mut acc = R::IDENTITY;
-            unroll::<E>(|i| acc = R::combine(acc, values(r, i)));
-            // SAFETY: every lane of the warp runs the same number of steps (WarpRows).
-            out[r] = unsafe { group_all_reduce::<R>(acc, width) };
-        }
-    });
-    out
-}
-
 #[inline(always)]
 unsafe fn warp_forward<L: Load<P>, S: Store<P>, const P: usize, const E: usize>(
     load: &L,
     store: &S,
     args: &SoftmaxArgs,
 ) {
-    let at = WarpRows::new::<E>(args);
+    let at = WarpRows::new::<E>(&args.shape);
     let log = args.log != 0;
-    let mut base = at.warp_first;
-    while base < args.rows {
-        let first = base + at.group_offset;
-        // SAFETY (block): loads and stores stay in range (warp_load, warp_store), and the
-        // whole warp runs the same iterations.
-        unsafe {
-            let mut buf = warp_load::<L, P, E>(load, &at, first, args, f32::NEG_INFINITY);
-            let max = warp_row_reduce::<Max, E>(|r, i| buf[r][i], at.width);
-            // Softmax keeps e^(x - max) in place; log-softmax keeps x and only sums.
-            let sum = warp_row_reduce::<Sum, E>(
-                |r, i| {
-                    let e = exp(buf[r][i] - max[r]);
-                    if !log {
-                        buf[r][i] = e;
-                    }
-                    e
-                },
-                at.width,
-            );
-            let norm = [Normalize::new(max[0], sum[0], log), Normalize::new(max[1], sum[1], log)];
-            warp_store::<S, P, E>(store, &at, first, args, |r, i| norm[r].apply(buf[r][i]));
-        }
-        base += at.step;
-    }
-}
-
-/// A block per row: rows `blockIdx.x, blockIdx.x + gridDim.x, ...` (uniform per block).
-#[inline(always)]
-fn block_rows(args: &SoftmaxArgs, mut per_row: impl FnMut(u64)) {
-    let mut row = block_idx_x() as u64;
-    while row < args.rows {
-        per_row(row);
-        row += grid_dim_x() as u64;
-    }
-}
-
-/// Calls `f(pack, col)` for this thread's packs of a row, in a block-strided loop.
-#[inline(always)]
-fn block_packs<const P: usize>(args: &SoftmaxArgs, mut f: impl FnMut(u64, u64)) {
-    let packs = args.cols / P as u64;
-    let mut pack = thread_idx_x() as u64;
-    while pack < packs {
-        f(pack, pack * P as u64);
-        pack += block_dim_x() as u64;
-    }
-}
-
-/// Most packs a thread loads before using any on the block paths' global-memory passes.
-const MAX_BATCH: usize = 4;
-
-/// Like [`block_packs`], but for global reads: `load(col)` for `batch` packs (at most
-/// [`MAX_BATCH`]), then `consume(pack, loaded)` for each, so every thread keeps several
-/// loads in flight. Measured on the H100: 4 pays on the uncached passes; on the shared
-/// path it pays for f32 but costs f16 its occupancy, which is why it is a parameter.
-#[inline(always)]
-fn block_packs_loaded<const P: usize, V: Copy>(
-    args: &SoftmaxArgs,
-    batch: usize,
-    mut load: impl FnMut(u64) -> V,
-    mut consume: impl FnMut(u64, V),
-) {
-    let batch = batch.clamp(1, MAX_BATCH) as u64;
-    let packs = args.cols / P as u64;
-    let block = block_dim_x() as u64;
-    let mut pack = thread_idx_x() as u64;
-    while pack + (batch - 1) * block < packs {
-        let first = load(pack * P as u64);
-        let mut loaded = [first; MAX_BATCH];
-        unroll::<MAX_BATCH>(|u| {
-            if u > 0 && (u as u64) < batch {
-                loaded[u] = load((pack + u as u64 * block) * P as u64);
-            }
-        });
-        unroll::<MAX_BATCH>(|u| {
-            if (u as u64) < batch {
-                consume(pack + u as u64 * block, loaded[u])
-            }
-        });
-        pack += batch * block;
-    }
-    while pack < packs {
-        consume(pack, load(pack * P as u64));
-        pack += block;
-    }
-}
-
-/// Packs batched while filling the shared-memory cache: 4 for f32 packs, 1 for 16-bit
-/// packs, whose f32 registers would halve the blocks resident per SM.
-const fn shared_batch(pack: usize) -> usize {
-    if pack >= 8 { 1 } else { MAX_BATCH }
+    // SAFETY (block): loads and stores stay in range (warp_load, warp_store), and the whole
+    // warp runs the same iterations.
+    at.for_each_access(args.shape.rows, |first| unsafe {
+        let mut buf = warp_load::<L, P, E>(load, &at, first, &args.shape, f32::NEG_INFINITY);
+        let max = warp_row_reduce::<Max, E>(|r, i| buf[r][i], at.width);
+        // Softmax keeps e^(x - max) in place; log-softmax keeps x and only sums.
+        let sum = warp_row_reduce::<Sum, E>(
+            |r, i| {
+                let e = exp(buf[r][i] - max[r]);
+                if !log {
+                    buf[r][i] = e;
+                }
+                e
+            },
+            at.width,
+        );
+        let norm = [Normalize::new(max[0], sum[0], log), Normalize::new(max[1], sum[1], log)];
+        warp_store::<S, P, E>(store, &at, first, &args.shape, |r, i| norm[r].apply(buf[r][i]));
+    });
 }
 
 #[inline(always)]
 unsafe fn shared_forward<L: Load<P>, S: Store<P>, const P: usize>(load: &L, store: &S, args: &SoftmaxArgs) {
     let log = args.log != 0;
-    let packs = (args.cols / P as u64) as usize;
+    let packs = (args.shape.cols / P as u64) as usize;
     let cache = dynamic_shared::<f32>();
     // Element j of pack p sits at cache[j * packs + p]: consecutive threads, consecutive words.
     let slot = |pack: u64, j: usize| j * packs + pack as usize;
     // SAFETY (block): the launch sizes the cache to `cols` f32s; each thread touches only
     // its own packs' slots, so no barrier is needed beyond those in the reductions.
-    block_rows(args, |row| unsafe {
+    block_rows(&args.shape, |row| unsafe {
         let mut thread_max = f32::NEG_INFINITY;
         block_packs_loaded::<P, [f32; P]>(
-            args,
+            &args.shape,
             shared_batch(P),
             |col| load.load(row, col),
             |pack, v| {
@@ -279,7 +92,7 @@ unsafe fn shared_forward<L: Load<P>, S: Store<P>, const P: usize>(load: &L, stor
         );
         let max = block_all_reduce::<Max>(thread_max);
         let mut thread_sum = 0.0;
-        block_packs::<P>(args, |pack, _| {
+        block_packs::<P>(&args.shape, |pack, _| {
             unroll::<P>(|j| {
                 let e = exp(cache.add(slot(pack, j)).read() - max);
                 thread_sum += e;
@@ -289,7 +102,7 @@ unsafe fn shared_forward<L: Load<P>, S: Store<P>, const P: usize>(load: &L, stor
             });
         });
         let norm = Normalize::new(max, block_all_reduce::<Sum>(thread_sum), log);
-        block_packs::<P>(args, |pack, col| {
+        block_packs::<P>(&args.shape, |pack, col| {
             store.store(unrolled_array(|j| norm.apply(cache.add(slot(pack, j)).read())), row, col);
         });
     });
@@ -322,15 +135,15 @@ impl Online {
 unsafe fn uncached_forward<L: Load<P>, S: Store<P>, const P: usize>(load: &L, store: &S, args: &SoftmaxArgs) {
     let log = args.log != 0;
     // SAFETY (block): every column visited is a pack inside the row.
-    block_rows(args, |row| unsafe {
+    block_rows(&args.shape, |row| unsafe {
         let mut online = Online { max: f32::NEG_INFINITY, sum: 0.0 };
-        block_packs_loaded::<P, [f32; P]>(args, MAX_BATCH, |col| load.load(row, col), |_, v| online.add(v));
+        block_packs_loaded::<P, [f32; P]>(&args.shape, MAX_BATCH, |col| load.load(row, col), |_, v| online.add(v));
         let max = block_all_reduce::<Max>(online.max);
         // A thread that saw only -inf contributes 0 (its max is -inf, its sum 0).
         let rescaled = if online.max > f32::NEG_INFINITY { online.sum * exp(online.max - max) } else { 0.0 };
         let norm = Normalize::new(max, block_all_reduce::<Sum>(rescaled), log);
         block_packs_loaded::<P, [f32; P]>(
-            args,
+            &args.shape,
             MAX_BATCH,
             |col| load.load(row, col),
             |pack, v| {
@@ -351,8 +164,8 @@ unsafe fn forward_path<L: Load<P>, S: Store<P>, const P: usize, const PATH: usiz
     // SAFETY: forwarded; the host launched this kernel with this path's geometry.
     unsafe {
         match PATH {
-            SOFTMAX_PATH_UNCACHED => uncached_forward::<L, S, P>(load, store, args),
-            SOFTMAX_PATH_SHARED => shared_forward::<L, S, P>(load, store, args),
+            ROW_PATH_UNCACHED => uncached_forward::<L, S, P>(load, store, args),
+            ROW_PATH_SHARED => shared_forward::<L, S, P>(load, store, args),
             _ => warp_forward::<L, S, P, PATH>(load, store, args),
         }
     }
@@ -390,27 +203,27 @@ unsafe fn backward_path<LY: Load<P>, LD: Load<P>, S: Store<P>, const P: usize, c
     // SAFETY (whole body): as the forward paths.
     unsafe {
         match PATH {
-            SOFTMAX_PATH_UNCACHED => block_rows(args, |row| {
+            ROW_PATH_UNCACHED => block_rows(&args.shape, |row| {
                 let pair = |col| (load_y.load(row, col), load_dy.load(row, col));
                 let mut thread_sum = 0.0;
-                block_packs_loaded::<P, _>(args, MAX_BATCH, pair, |_, (y, dy)| {
+                block_packs_loaded::<P, _>(&args.shape, MAX_BATCH, pair, |_, (y, dy)| {
                     unroll::<P>(|j| thread_sum += Gradient::term(log, y[j], dy[j]))
                 });
                 let g = Gradient { log, sum: block_all_reduce::<Sum>(thread_sum) };
-                block_packs_loaded::<P, _>(args, MAX_BATCH, pair, |pack, (y, dy)| {
+                block_packs_loaded::<P, _>(&args.shape, MAX_BATCH, pair, |pack, (y, dy)| {
                     store.store(unrolled_array(|j| g.apply(y[j], dy[j])), row, pack * P as u64)
                 });
             }),
-            SOFTMAX_PATH_SHARED => {
-                let packs = (args.cols / P as u64) as usize;
+            ROW_PATH_SHARED => {
+                let packs = (args.shape.cols / P as u64) as usize;
                 let cache = dynamic_shared::<f32>();
                 // y in the first `cols` slots, dy in the next.
                 let slot = |pack: u64, j: usize| j * packs + pack as usize;
                 let dy_at = packs * P;
-                block_rows(args, |row| {
+                block_rows(&args.shape, |row| {
                     let mut thread_sum = 0.0;
                     block_packs_loaded::<P, _>(
-                        args,
+                        &args.shape,
                         1,
                         |col| (load_y.load(row, col), load_dy.load(row, col)),
                         |pack, (y, dy)| {
@@ -422,7 +235,7 @@ unsafe fn backward_path<LY: Load<P>, LD: Load<P>, S: Store<P>, const P: usize, c
                         },
                     );
                     let g = Gradient { log, sum: block_all_reduce::<Sum>(thread_sum) };
-                    block_packs::<P>(args, |pack, col| {
+                    block_packs::<P>(&args.shape, |pack, col| {
                         let out = unrolled_array(|j| {
                             g.apply(cache.add(slot(pack, j)).read(), cache.add(dy_at + slot(pack, j)).read())
                         });
@@ -431,17 +244,14 @@ unsafe fn backward_path<LY: Load<P>, LD: Load<P>, S: Store<P>, const P: usize, c
                 });
             }
             _ => {
-                let at = WarpRows::new::<PATH>(args);
-                let mut base = at.warp_first;
-                while base < args.rows {
-                    let first = base + at.group_offset;
-                    let y = warp_load::<LY, P, PATH>(load_y, &at, first, args, 0.0);
-                    let dy = warp_load::<LD, P, PATH>(load_dy, &at, first, args, 0.0);
+                let at = WarpRows::new::<PATH>(&args.shape);
+                at.for_each_access(args.shape.rows, |first| {
+                    let y = warp_load::<LY, P, PATH>(load_y, &at, first, &args.shape, 0.0);
+                    let dy = warp_load::<LD, P, PATH>(load_dy, &at, first, &args.shape, 0.0);
                     let sum = warp_row_reduce::<Sum, PATH>(|r, i| Gradient::term(log, y[r][i], dy[r][i]), at.width);
                     let g = [Gradient { log, sum: sum[0] }, Gradient { log, sum: sum[1] }];
-                    warp_store::<S, P, PATH>(store, &at, first, args, |r, i| g[r].apply(y[r][i], dy[r][i]));
-                    base += at.step;
-                }
+                    warp_store::<S, P, PATH>(store, &at, first, &args.shape, |r, i| g[r].apply(y[r][i], dy[r][i]));
+                });
             }
         }
     }
@@ -563,8 +373,8 @@ unsafe fn direct<T: Scalar>(address: u64, cols: u64) -> (DirectLoad<T>, DirectSt
 pub unsafe fn forward<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
     // SAFETY: see `direct`.
     unsafe {
-        let (load, _) = direct::<T>(args.input, args.cols);
-        let (_, store) = direct::<T>(args.output, args.cols);
+        let (load, _) = direct::<T>(args.input, args.shape.cols);
+        let (_, store) = direct::<T>(args.output, args.shape.cols);
         forward_path::<_, _, P, PATH>(&load, &store, args);
     }
 }
@@ -573,9 +383,9 @@ pub unsafe fn forward<T: Scalar, const P: usize, const PATH: usize>(args: &Softm
 pub unsafe fn backward<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
     // SAFETY: see `direct`.
     unsafe {
-        let (load_y, _) = direct::<T>(args.input, args.cols);
-        let (load_dy, _) = direct::<T>(args.second, args.cols);
-        let (_, store) = direct::<T>(args.output, args.cols);
+        let (load_y, _) = direct::<T>(args.input, args.shape.cols);
+        let (load_dy, _) = direct::<T>(args.second, args.shape.cols);
+        let (_, store) = direct::<T>(args.output, args.shape.cols);
         backward_path::<_, _, _, P, PATH>(&load_y, &load_dy, &store, args);
     }
 }
@@ -591,12 +401,12 @@ pub unsafe fn scale_mask<T: Scalar, const P: usize, const PATH: usize>(args: &So
     // SAFETY: see `direct`; the mask has `period` rows.
     unsafe {
         let load = ScaleMaskLoad {
-            x: direct::<T>(args.input, args.cols).0,
-            mask: direct::<T>(args.second, args.cols).0,
+            x: direct::<T>(args.input, args.shape.cols).0,
+            mask: direct::<T>(args.second, args.shape.cols).0,
             period: period(args),
             scale: args.scale,
         };
-        let (_, store) = direct::<T>(args.output, args.cols);
+        let (_, store) = direct::<T>(args.output, args.shape.cols);
         forward_path::<_, _, P, PATH>(&load, &store, args);
     }
 }
@@ -605,8 +415,9 @@ pub unsafe fn scale_mask<T: Scalar, const P: usize, const PATH: usize>(args: &So
 pub unsafe fn causal<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
     // SAFETY: see `direct`.
     unsafe {
-        let load = CausalLoad { x: direct::<T>(args.input, args.cols).0, period: period(args), scale: args.scale };
-        let (_, store) = direct::<T>(args.output, args.cols);
+        let load =
+            CausalLoad { x: direct::<T>(args.input, args.shape.cols).0, period: period(args), scale: args.scale };
+        let (_, store) = direct::<T>(args.output, args.shape.cols);
         forward_path::<_, _, P, PATH>(&load, &store, args);
     }
 }
@@ -615,8 +426,9 @@ pub unsafe fn causal<T: Scalar, const P: usize, const PATH: usize>(args: &Softma
 pub unsafe fn cross_entropy<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
     // SAFETY: see `direct`; target and loss have `rows` elements. `args.log` is 1.
     unsafe {
-        let (load, _) = direct::<T>(args.input, args.cols);
-        let store = LossStore { target: args.target as *const i64, loss: args.row_values as *mut f32, cols: args.cols };
+        let (load, _) = direct::<T>(args.input, args.shape.cols);
+        let store =
+            LossStore { target: args.target as *const i64, loss: args.row_values as *mut f32, cols: args.shape.cols };
         forward_path::<_, _, P, PATH>(&load, &store, args);
     }
 }
@@ -625,12 +437,12 @@ pub unsafe fn cross_entropy<T: Scalar, const P: usize, const PATH: usize>(args: 
 pub unsafe fn cross_entropy_backward<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
     // SAFETY: see `direct`; target and dloss have `rows` elements. `args.log` is 0.
     unsafe {
-        let (load, _) = direct::<T>(args.input, args.cols);
+        let (load, _) = direct::<T>(args.input, args.shape.cols);
         let store = CrossEntropyGradStore {
-            out: direct::<T>(args.output, args.cols).1,
+            out: direct::<T>(args.output, args.shape.cols).1,
             target: args.target as *const i64,
             dloss: args.row_values as *const f32,
-            cols: args.cols,
+            cols: args.shape.cols,
         };
         forward_path::<_, _, P, PATH>(&load, &store, args);
     }

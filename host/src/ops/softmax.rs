@@ -2,19 +2,17 @@
 //! variants attention and classification need: scale plus additive mask, scale plus causal
 //! mask, and cross entropy (log-softmax gathered at the targets, never materialized).
 //!
-//! Each call validates its tensors, plans the implementation ([`dispatch::plan`]) and
+//! Each call validates its tensors, plans the implementation ([`super::rows::dispatch::plan`]) and
 //! launches; it returns the [`Plan`] it ran, so callers and tests can see the choice.
 //! A row of all `-inf` gives NaN, as in PyTorch.
 
-pub mod dispatch;
-
+pub use super::rows::check_last_dim;
+pub use super::rows::dispatch::{Path, PathKind, Plan};
+use super::rows::{RowCall, check_aligned, rows_cols, same_shape};
 use crate::Stream;
-use crate::error::{Error, Result, invalid};
-use crate::launch::{LaunchConfig, launch};
-use crate::module::{Kernel, PtxModule};
+use crate::error::{Result, invalid};
+use crate::module::PtxModule;
 use crate::tensor::{AsView, AsViewMut, DType, Element, View};
-pub use dispatch::{Path, PathKind, Plan};
-use dispatch::{Problem, STATIC_SHARED_BYTES, plan};
 use rill_kernels_gpu::abi::{SoftmaxArgs, max_pack};
 use rill_kernels_gpu::{dtype_of, for_each_softmax_kernel, softmax_symbol};
 
@@ -31,102 +29,19 @@ fn symbol(kind: &str, path: &str, dtype: DType, pack: usize) -> Option<&'static 
     None
 }
 
-/// Rows and columns of a tensor normalized over its last axis.
-fn rows_cols(op: &str, shape: &[usize]) -> Result<(usize, usize)> {
-    let Some((&cols, outer)) = shape.split_last() else {
-        invalid!("`{op}` needs at least one dimension (it normalizes the last); got a scalar");
-    };
-    let rows = outer.iter().product();
-    if rows == 0 || cols == 0 {
-        invalid!("`{op}` got an empty tensor of shape {shape:?}");
-    }
-    Ok((rows, cols))
-}
-
-/// Checks that `dim` names the last axis of an `ndim`-dimensional tensor (negative counts
-/// from the end, as PyTorch): the only layout these kernels normalize.
-pub fn check_last_dim(dim: i64, ndim: usize) -> Result<()> {
-    let last = ndim as i64 - 1;
-    if dim == -1 || dim == last {
-        Ok(())
-    } else {
-        invalid!(
-            "dim {dim}: softmax normalizes the last axis of a row-major tensor (dim -1 or {last}); move the axis last first"
-        )
-    }
-}
-
-/// One softmax-family launch, before planning.
+/// One softmax-family launch: the kernel kind, the dtype and the shared row call.
 struct Call<'a> {
-    op: &'static str,
     kind: &'static str,
     dtype: DType,
-    rows: usize,
-    cols: usize,
-    /// (address, element bytes) of every row-major array, for the pack choice.
-    arrays: Vec<(u64, usize)>,
-    args: SoftmaxArgs,
-    backward: bool,
-    force: Option<PathKind>,
-    stream: &'a Stream,
+    row: RowCall<'a, SoftmaxArgs>,
 }
 
 impl Call<'_> {
-    fn run(mut self) -> Result<Plan> {
-        let widest = max_pack(self.dtype.size(), self.dtype.size());
-        let aligned = self.cols.is_multiple_of(widest)
-            && self.arrays.iter().all(|&(address, bytes)| address % (widest * bytes) as u64 == 0);
-        let pack = if aligned { widest } else { 1 };
-        let gpu = self.stream.gpu();
-        gpu.bind()?;
-        let kernel_for = |plan: &Plan| -> Result<Kernel> {
-            let (path, _) = plan.symbol_path();
-            let symbol = symbol(self.kind, path, self.dtype, plan.pack).ok_or_else(|| {
-                Error::Unsupported(format!("no `{}` kernel for {} on the {path} path", self.op, self.dtype.name()))
-            })?;
-            gpu.modules().kernel(PtxModule::Softmax, symbol)
-        };
-        // Asked only when the planner considers the shared path.
-        let occupancy = |block: u32, bytes: u32| {
-            let shared = kernel_for(&Plan { path: Path::Shared { block, shared_bytes: bytes }, pack, grid: 1 })?;
-            shared.allow_dynamic_shared(bytes.max(STATIC_SHARED_BYTES))?;
-            shared.blocks_per_multiprocessor(block, bytes)
-        };
-        let block_kernel = |path| kernel_for(&Plan { path, pack, grid: 1 }).map(|k| k.max_threads_per_block);
-        let block_limit =
-            block_kernel(Path::Uncached { block: 0 })?.min(block_kernel(Path::Shared { block: 0, shared_bytes: 0 })?);
-        let problem = Problem {
-            rows: self.rows,
-            cols: self.cols,
-            pack,
-            cached_arrays: if self.backward { 2 } else { 1 },
-            block_limit,
-            force: self.force,
-        };
-        let plan = plan(&problem, gpu.info(), &occupancy)?;
-        let kernel = kernel_for(&plan)?;
-        if let Path::Shared { shared_bytes, .. } = plan.path {
-            kernel.allow_dynamic_shared(shared_bytes.max(STATIC_SHARED_BYTES))?;
-        }
-        if let Path::Warp { width, .. } = plan.path {
-            self.args.width = width;
-        }
-        self.args.rows = self.rows as u64;
-        self.args.cols = self.cols as u64;
-        let config = LaunchConfig { grid: plan.grid, block: plan.block(), shared_bytes: plan.shared_bytes() };
-        // SAFETY: the symbol takes SoftmaxArgs for this dtype, kind and pack; every array
-        // was checked to hold rows x cols elements (per-row arrays `rows`), aligned to the
-        // pack; the geometry is the one the plan made for this path.
-        unsafe { launch(self.stream, kernel, config, &self.args)? };
-        Ok(plan)
+    fn run(self) -> Result<Plan> {
+        let (kind, dtype) = (self.kind, self.dtype);
+        let symbol = move |path: &str, pack: usize| symbol(kind, path, dtype, pack);
+        RowCall { symbol: &symbol, ..self.row }.run()
     }
-}
-
-fn same_shape(op: &str, what: &str, got: &[usize], want: &[usize]) -> Result<()> {
-    if got != want {
-        invalid!("`{op}`: {what} has shape {got:?} but must have shape {want:?}");
-    }
-    Ok(())
 }
 
 /// Softmax-family ops with a choice of implementation; the free functions of this module
@@ -154,18 +69,20 @@ impl Softmax {
         x: &View<'_, T>,
     ) -> Result<Call<'a>> {
         let (rows, cols) = rows_cols(op, x.shape())?;
-        Ok(Call {
+        let row = RowCall {
             op,
-            kind,
-            dtype: T::DTYPE,
+            module: PtxModule::Softmax,
+            symbol: &|_, _| None,
+            widest: max_pack(size_of::<T>(), size_of::<T>()),
             rows,
             cols,
             arrays: vec![(x.address(), size_of::<T>())],
             args: SoftmaxArgs { input: x.address(), ..SoftmaxArgs::default() },
-            backward: false,
+            cached_arrays: 1,
             force: self.force,
             stream,
-        })
+        };
+        Ok(Call { kind, dtype: T::DTYPE, row })
     }
 
     /// `y = softmax(x)` over the last axis; `log` for log-softmax.
@@ -180,9 +97,9 @@ impl Softmax {
         let op = if log { "log_softmax" } else { "softmax" };
         let mut call = self.call(stream, op, "forward", &x)?;
         same_shape(op, "the output", y.shape(), x.shape())?;
-        call.arrays.push((y.address(), size_of::<T>()));
-        call.args.output = y.address();
-        call.args.log = log as u32;
+        call.row.arrays.push((y.address(), size_of::<T>()));
+        call.row.args.output = y.address();
+        call.row.args.log = log as u32;
         call.run()
     }
 
@@ -200,11 +117,11 @@ impl Softmax {
         let mut call = self.call(stream, op, "backward", &y)?;
         same_shape(op, "the output gradient", dy.shape(), y.shape())?;
         same_shape(op, "the input gradient", dx.shape(), y.shape())?;
-        call.arrays.extend([(dy.address(), size_of::<T>()), (dx.address(), size_of::<T>())]);
-        call.args.second = dy.address();
-        call.args.output = dx.address();
-        call.args.log = log as u32;
-        call.backward = true;
+        call.row.arrays.extend([(dy.address(), size_of::<T>()), (dx.address(), size_of::<T>())]);
+        call.row.args.second = dy.address();
+        call.row.args.output = dx.address();
+        call.row.args.log = log as u32;
+        call.row.cached_arrays = 2;
         call.run()
     }
 
@@ -224,19 +141,19 @@ impl Softmax {
         let mut call = self.call(stream, op, "scale_mask", &x)?;
         same_shape(op, "the output", y.shape(), x.shape())?;
         let (mask_rows, mask_cols) = rows_cols(op, mask.shape())?;
-        if mask_cols != call.cols || call.rows % mask_rows != 0 {
+        if mask_cols != call.row.cols || call.row.rows % mask_rows != 0 {
             invalid!(
                 "`{op}`: the mask has shape {:?}; it needs the input's last dimension ({}) and a row count dividing the input's {} rows",
                 mask.shape(),
-                call.cols,
-                call.rows
+                call.row.cols,
+                call.row.rows
             );
         }
-        call.arrays.extend([(mask.address(), size_of::<T>()), (y.address(), size_of::<T>())]);
-        call.args.second = mask.address();
-        call.args.output = y.address();
-        call.args.period = mask_rows as u64;
-        call.args.scale = scale;
+        call.row.arrays.extend([(mask.address(), size_of::<T>()), (y.address(), size_of::<T>())]);
+        call.row.args.second = mask.address();
+        call.row.args.output = y.address();
+        call.row.args.period = mask_rows as u64;
+        call.row.args.scale = scale;
         call.run()
     }
 
@@ -257,10 +174,10 @@ impl Softmax {
             [.., q, _] => *q,
             _ => invalid!("`{op}` needs at least two dimensions (queries, keys); got {:?}", x.shape()),
         };
-        call.arrays.push((y.address(), size_of::<T>()));
-        call.args.output = y.address();
-        call.args.period = queries as u64;
-        call.args.scale = scale;
+        call.row.arrays.push((y.address(), size_of::<T>()));
+        call.row.args.output = y.address();
+        call.row.args.period = queries as u64;
+        call.row.args.scale = scale;
         call.run()
     }
 
@@ -276,13 +193,13 @@ impl Softmax {
         let (logits, target, loss) = (logits.as_view(), target.as_view(), loss.as_view_mut());
         let op = "cross_entropy";
         let mut call = self.call(stream, op, "cross_entropy", &logits)?;
-        same_shape(op, "the target", target.shape(), &[call.rows])?;
-        same_shape(op, "the loss", loss.shape(), &[call.rows])?;
+        same_shape(op, "the target", target.shape(), &[call.row.rows])?;
+        same_shape(op, "the loss", loss.shape(), &[call.row.rows])?;
         check_aligned(op, "the target", target.address(), 8)?;
         check_aligned(op, "the loss", loss.address(), 4)?;
-        call.args.target = target.address();
-        call.args.row_values = loss.address();
-        call.args.log = 1;
+        call.row.args.target = target.address();
+        call.row.args.row_values = loss.address();
+        call.row.args.log = 1;
         call.run()
     }
 
@@ -299,24 +216,17 @@ impl Softmax {
             (logits.as_view(), target.as_view(), dloss.as_view(), dlogits.as_view_mut());
         let op = "cross_entropy_backward";
         let mut call = self.call(stream, op, "cross_entropy_backward", &logits)?;
-        same_shape(op, "the target", target.shape(), &[call.rows])?;
-        same_shape(op, "the loss gradient", dloss.shape(), &[call.rows])?;
+        same_shape(op, "the target", target.shape(), &[call.row.rows])?;
+        same_shape(op, "the loss gradient", dloss.shape(), &[call.row.rows])?;
         same_shape(op, "the logits gradient", dlogits.shape(), logits.shape())?;
         check_aligned(op, "the target", target.address(), 8)?;
         check_aligned(op, "the loss gradient", dloss.address(), 4)?;
-        call.arrays.push((dlogits.address(), size_of::<T>()));
-        call.args.target = target.address();
-        call.args.row_values = dloss.address();
-        call.args.output = dlogits.address();
+        call.row.arrays.push((dlogits.address(), size_of::<T>()));
+        call.row.args.target = target.address();
+        call.row.args.row_values = dloss.address();
+        call.row.args.output = dlogits.address();
         call.run()
     }
-}
-
-fn check_aligned(op: &str, what: &str, address: u64, bytes: u64) -> Result<()> {
-    if !address.is_multiple_of(bytes) {
-        invalid!("`{op}`: {what} is not aligned to its {bytes}-byte elements");
-    }
-    Ok(())
 }
 
 /// `y = softmax(x)` over the last axis.
@@ -406,21 +316,5 @@ mod tests {
             }
         }
         assert!(symbol("forward", "warp8", DType::F32, 2).is_none());
-    }
-
-    #[test]
-    fn only_the_last_axis_is_accepted() {
-        assert!(check_last_dim(-1, 3).is_ok());
-        assert!(check_last_dim(2, 3).is_ok());
-        assert!(check_last_dim(1, 3).is_err());
-        assert!(check_last_dim(-2, 3).is_err());
-    }
-
-    #[test]
-    fn empty_and_scalar_tensors_are_rejected() {
-        assert!(rows_cols("softmax", &[]).is_err());
-        assert!(rows_cols("softmax", &[4, 0]).is_err());
-        assert!(rows_cols("softmax", &[0, 4]).is_err());
-        assert_eq!(rows_cols("softmax", &[2, 3, 5]).unwrap(), (6, 5));
     }
 }

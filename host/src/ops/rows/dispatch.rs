@@ -1,5 +1,5 @@
-//! Which softmax implementation runs for a shape: a pure function of the shape, dtype,
-//! alignment and device limits, so every decision is unit-tested on the CPU.
+//! Which implementation of a row-wise op (softmax, the norms) runs for a shape: a pure
+//! function of the shape, dtype, alignment and device limits, so every decision is unit-tested on the CPU.
 //!
 //! The ladder, as OneFlow's: up to 1024 columns the warp path (the row in registers);
 //! otherwise one block per row with the row cached in shared memory, when the kernel can
@@ -8,9 +8,7 @@
 use crate::DeviceInfo;
 use crate::launch::WAVES;
 use crate::launch::grid_stride_blocks;
-use rill_kernels_gpu::abi::{
-    SOFTMAX_PATH_SHARED, SOFTMAX_PATH_UNCACHED, SOFTMAX_WARP_BLOCK_SIZE, softmax_rows_per_access,
-};
+use rill_kernels_gpu::abi::{ROW_PATH_SHARED, ROW_PATH_UNCACHED, ROW_WARP_BLOCK_SIZE, rows_per_access};
 
 /// Elements per lane the warp kernels are compiled for.
 pub const WARP_ELEMENTS: [u32; 3] = [8, 16, 32];
@@ -21,7 +19,7 @@ pub const WARP_MAX_COLS: usize = 32 * 32;
 /// Block sizes the block paths choose among.
 pub const BLOCK_SIZES: [u32; 4] = [128, 256, 512, 1024];
 
-/// Static shared memory of every softmax kernel (the block-reduction scratch), which the
+/// Static shared memory of every row-wise kernel (the block-reduction scratch), which the
 /// dynamic shared memory must leave room for.
 pub const STATIC_SHARED_BYTES: u32 = 128;
 
@@ -29,7 +27,7 @@ pub const STATIC_SHARED_BYTES: u32 = 128;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Path {
     /// `width` lanes per row, `elements` per lane in registers, rows per access as
-    /// `softmax_rows_per_access` says.
+    /// `rows_per_access` says.
     Warp { width: u32, elements: u32 },
     /// One block per row, the row cached in `shared_bytes` of dynamic shared memory.
     Shared { block: u32, shared_bytes: u32 },
@@ -64,7 +62,7 @@ impl Plan {
 
     pub fn block(&self) -> u32 {
         match self.path {
-            Path::Warp { .. } => SOFTMAX_WARP_BLOCK_SIZE,
+            Path::Warp { .. } => ROW_WARP_BLOCK_SIZE,
             Path::Shared { block, .. } | Path::Uncached { block } => block,
         }
     }
@@ -82,8 +80,8 @@ impl Plan {
             Path::Warp { elements: 8, .. } => ("warp8", 8),
             Path::Warp { elements: 16, .. } => ("warp16", 16),
             Path::Warp { .. } => ("warp32", 32),
-            Path::Shared { .. } => ("shared", SOFTMAX_PATH_SHARED),
-            Path::Uncached { .. } => ("uncached", SOFTMAX_PATH_UNCACHED),
+            Path::Shared { .. } => ("shared", ROW_PATH_SHARED),
+            Path::Uncached { .. } => ("uncached", ROW_PATH_UNCACHED),
         }
     }
 
@@ -105,7 +103,8 @@ pub struct Problem {
     pub cols: usize,
     /// The widest pack every address and the row length allow (1 or the dtype's widest).
     pub pack: usize,
-    /// Rows cached per element: 1 forward, 2 backward (y and dy).
+    /// Arrays cached per row on the shared path (1 for a forward, 2 for a backward that
+    /// reads two).
     pub cached_arrays: u32,
     /// The most threads per block the block-path kernels launch with (their register use
     /// decides it; the driver reports it).
@@ -149,12 +148,12 @@ fn warp_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
     let cols = problem.cols.max(1) as u32;
     let elements = WARP_ELEMENTS.into_iter().find(|&e| cols <= 32 * e).unwrap_or(32);
     let width = cols.div_ceil(elements).next_power_of_two().min(32);
-    let rows_per_access = softmax_rows_per_access(elements as usize, width);
+    let rows_per_access = rows_per_access(elements as usize, width);
     let threads = (problem.rows as u64).div_ceil(rows_per_access) * width as u64;
     Plan {
         path: Path::Warp { width, elements },
         pack: problem.pack,
-        grid: grid_stride_blocks(threads, SOFTMAX_WARP_BLOCK_SIZE, device),
+        grid: grid_stride_blocks(threads, ROW_WARP_BLOCK_SIZE, device),
     }
 }
 

@@ -1,0 +1,144 @@
+//! What the row-wise ops (softmax, the norms) share on the host: shape checks, the pack
+//! choice, and one launch routine that plans a path ([`dispatch::plan`]) and runs it.
+
+pub mod dispatch;
+
+use crate::Stream;
+use crate::error::{Error, Result, invalid};
+use crate::launch::{LaunchConfig, launch};
+use crate::module::{Kernel, PtxModule};
+pub use dispatch::{Path, PathKind, Plan};
+use dispatch::{Problem, STATIC_SHARED_BYTES, plan};
+use rill_kernels_gpu::abi::{PACK_BYTES, RowArgs};
+
+/// Rows and columns of a tensor normalized over its last axis.
+pub(crate) fn rows_cols(op: &str, shape: &[usize]) -> Result<(usize, usize)> {
+    let Some((&cols, outer)) = shape.split_last() else {
+        invalid!("`{op}` needs at least one dimension (it normalizes the last); got a scalar");
+    };
+    let rows = outer.iter().product();
+    if rows == 0 || cols == 0 {
+        invalid!("`{op}` got an empty tensor of shape {shape:?}");
+    }
+    Ok((rows, cols))
+}
+
+/// Checks that `dim` names the last axis of an `ndim`-dimensional tensor (negative counts
+/// from the end, as PyTorch): the only layout the row-wise kernels normalize.
+pub fn check_last_dim(dim: i64, ndim: usize) -> Result<()> {
+    let last = ndim as i64 - 1;
+    if dim == -1 || dim == last {
+        Ok(())
+    } else {
+        invalid!(
+            "dim {dim}: rill normalizes the last axis of a row-major tensor (dim -1 or {last}); move the axis last first"
+        )
+    }
+}
+
+pub(crate) fn same_shape(op: &str, what: &str, got: &[usize], want: &[usize]) -> Result<()> {
+    if got != want {
+        invalid!("`{op}`: {what} has shape {got:?} but must have shape {want:?}");
+    }
+    Ok(())
+}
+
+pub(crate) fn check_aligned(op: &str, what: &str, address: u64, bytes: u64) -> Result<()> {
+    if !address.is_multiple_of(bytes) {
+        invalid!("`{op}`: {what} is not aligned to its {bytes}-byte elements");
+    }
+    Ok(())
+}
+
+/// One launch of a row-wise kernel, before planning.
+pub(crate) struct RowCall<'a, A: RowArgs> {
+    pub op: &'static str,
+    pub module: PtxModule,
+    /// The kernel for a path name (`warp8` ... `uncached`) and pack, if one exists.
+    pub symbol: &'a dyn Fn(&str, usize) -> Option<&'static str>,
+    /// The widest pack the kernels have (elements per 16-byte access of the widest dtype).
+    pub widest: usize,
+    pub rows: usize,
+    pub cols: usize,
+    /// (address, element bytes) of every array read or written in packs along the row; the
+    /// pack is the widest only if all are aligned to it (or to 16 bytes, for wider types).
+    pub arrays: Vec<(u64, usize)>,
+    pub args: A,
+    /// Arrays the shared path caches per row.
+    pub cached_arrays: u32,
+    pub force: Option<PathKind>,
+    pub stream: &'a Stream,
+}
+
+impl<A: RowArgs> RowCall<'_, A> {
+    pub(crate) fn run(mut self) -> Result<Plan> {
+        let widest = self.widest;
+        let aligned = self.cols.is_multiple_of(widest)
+            && self.arrays.iter().all(|&(address, bytes)| address % (widest * bytes).min(PACK_BYTES) as u64 == 0);
+        let pack = if aligned { widest } else { 1 };
+        let gpu = self.stream.gpu();
+        gpu.bind()?;
+        let kernel_for = |plan: &Plan| -> Result<Kernel> {
+            let (path, _) = plan.symbol_path();
+            let symbol = (self.symbol)(path, plan.pack).ok_or_else(|| {
+                Error::Unsupported(format!("no `{}` kernel for these dtypes on the {path} path", self.op))
+            })?;
+            gpu.modules().kernel(self.module, symbol)
+        };
+        // Asked only when the planner considers the shared path.
+        let occupancy = |block: u32, bytes: u32| {
+            let shared = kernel_for(&Plan { path: Path::Shared { block, shared_bytes: bytes }, pack, grid: 1 })?;
+            shared.allow_dynamic_shared(bytes.max(STATIC_SHARED_BYTES))?;
+            shared.blocks_per_multiprocessor(block, bytes)
+        };
+        let block_kernel = |path| kernel_for(&Plan { path, pack, grid: 1 }).map(|k| k.max_threads_per_block);
+        let block_limit =
+            block_kernel(Path::Uncached { block: 0 })?.min(block_kernel(Path::Shared { block: 0, shared_bytes: 0 })?);
+        let problem = Problem {
+            rows: self.rows,
+            cols: self.cols,
+            pack,
+            cached_arrays: self.cached_arrays,
+            block_limit,
+            force: self.force,
+        };
+        let plan = plan(&problem, gpu.info(), &occupancy)?;
+        let kernel = kernel_for(&plan)?;
+        if let Path::Shared { shared_bytes, .. } = plan.path {
+            kernel.allow_dynamic_shared(shared_bytes.max(STATIC_SHARED_BYTES))?;
+        }
+        let shape = self.args.shape_mut();
+        shape.rows = self.rows as u64;
+        shape.cols = self.cols as u64;
+        if let Path::Warp { width, .. } = plan.path {
+            shape.width = width;
+        }
+        let config = LaunchConfig { grid: plan.grid, block: plan.block(), shared_bytes: plan.shared_bytes() };
+        // SAFETY: the symbol takes `A` for this op's dtypes and pack; the op checked every
+        // array to hold its rows x cols elements (per-row arrays `rows`, per-column arrays
+        // `cols`), and `arrays` to be aligned to the pack; the geometry is the plan's.
+        unsafe { launch(self.stream, kernel, config, &self.args)? };
+        Ok(plan)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_last_axis_is_accepted() {
+        assert!(check_last_dim(-1, 3).is_ok());
+        assert!(check_last_dim(2, 3).is_ok());
+        assert!(check_last_dim(1, 3).is_err());
+        assert!(check_last_dim(-2, 3).is_err());
+    }
+
+    #[test]
+    fn empty_and_scalar_tensors_are_rejected() {
+        assert!(rows_cols("softmax", &[]).is_err());
+        assert!(rows_cols("softmax", &[4, 0]).is_err());
+        assert!(rows_cols("softmax", &[0, 4]).is_err());
+        assert_eq!(rows_cols("softmax", &[2, 3, 5]).unwrap(), (6, 5));
+    }
+}

@@ -1,0 +1,1 @@
+//! LayerNorm and RMSNorm (in progress).

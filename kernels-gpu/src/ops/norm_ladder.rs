@@ -1,0 +1,1 @@
+//! The RMSNorm optimization ladder (in progress).
