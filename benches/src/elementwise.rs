@@ -1,7 +1,6 @@
 //! Elementwise ops over lengths 2^16 to 2^28.
 
 use crate::measure::Bench;
-use rill::elementwise as ew;
 use rill::{Element, Tensor};
 use rill_tests::random::{Domain, Rng};
 use rill_tests::reference::ELEMENTWISE_OPS;
@@ -44,24 +43,16 @@ pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
             let micros = bench.median_micros(sets, bytes, |stream, s| {
                 let [a, b, c] = &inputs[s];
                 let y = &mut outputs[s];
-                match op.name {
-                    "relu" => ew::relu(stream, a, y),
-                    "gelu" => ew::gelu(stream, a, y),
-                    "gelu_tanh" => ew::gelu_tanh(stream, a, y),
-                    "silu" => ew::silu(stream, a, y),
-                    "sigmoid" => ew::sigmoid(stream, a, y),
-                    "add" => ew::add(stream, a, b, y),
-                    "sub" => ew::sub(stream, a, b, y),
-                    "mul" => ew::mul(stream, a, b, y),
-                    "div" => ew::div(stream, a, b, y),
-                    "fma" => ew::fma(stream, a, b, c, y),
-                    "bias_add_gelu" => ew::bias_add_gelu(
+                if op.broadcasts_last {
+                    let x = [a.view().reshape(&[len / cols, cols])?, b.view().slice(0..cols)?];
+                    rill_tests::ops::elementwise(stream, op.name, &x, &mut y.view_mut().reshape(&[len / cols, cols])?)
+                } else {
+                    rill_tests::ops::elementwise(
                         stream,
-                        &a.view().reshape(&[len / cols, cols])?,
-                        &b.view().slice(0..cols)?,
-                        &mut y.view_mut().reshape(&[len / cols, cols])?,
-                    ),
-                    other => Err(rill::Error::Unsupported(format!("no benchmark for `{other}`"))),
+                        op.name,
+                        &[a.view(), b.view(), c.view()][..op.arity],
+                        &mut y.view_mut(),
+                    )
                 }
             })?;
             bench.record(op.name, dtype, &[len], "-", bytes, micros, Some(copy));

@@ -5,8 +5,12 @@
 //! rill-bench [--quick] [--filter TEXT] [--json PATH] [--plot-dir DIR] [--perf PATH] [--profile]
 //! ```
 //! - elementwise ops over lengths 2^16..2^28, the softmax family over the seed articles'
-//!   sweep (49152 rows of 32..32768 columns, 768, 1000; 4096 rows of 50257..262144), in f32,
-//!   f16 and bf16; `--quick` a one-minute subset, `--filter` ops or families by name;
+//!   sweep (49152 rows of 32..32768 columns, 768, 1000; 4096 rows of 50257..262144),
+//!   LayerNorm and RMSNorm (plain, with residual add, backward with and without the
+//!   parameter gradients) over 49152 rows of 32..32768 columns, 768, 1000 and 4096 rows of
+//!   50257, the RMSNorm optimization ladder's rungs (`rms_norm_ladder/<rung>`, 49152 rows of
+//!   128..32768 columns, 768, 1000), in f32, f16 and bf16; `--quick` a one-minute subset,
+//!   `--filter` ops or families by name;
 //! - the table on stdout (op, dtype, shape, path, time, GB/s, % of copy), progress on
 //!   stderr, the records as JSON (`--json`, default target/bench/bench.json), one SVG plot
 //!   per op (`--plot-dir`), and the tables spliced into a Markdown file between
@@ -20,6 +24,8 @@
 
 mod elementwise;
 mod measure;
+mod norm;
+mod norm_ladder;
 mod profile;
 mod report;
 mod softmax;
@@ -96,6 +102,12 @@ fn run(gpu: Gpu, options: Options) -> Result<(), Box<dyn std::error::Error>> {
     softmax::sweep::<f32>(&mut bench)?;
     softmax::sweep::<f16>(&mut bench)?;
     softmax::sweep::<bf16>(&mut bench)?;
+    norm::sweep::<f32>(&mut bench)?;
+    norm::sweep::<f16>(&mut bench)?;
+    norm::sweep::<bf16>(&mut bench)?;
+    norm_ladder::sweep::<f32>(&mut bench)?;
+    norm_ladder::sweep::<f16>(&mut bench)?;
+    norm_ladder::sweep::<bf16>(&mut bench)?;
     eprintln!();
 
     let records = &bench.records;
@@ -116,14 +128,17 @@ fn run(gpu: Gpu, options: Options) -> Result<(), Box<dyn std::error::Error>> {
         write(perf, &report::splice(&doc, &report::markdown(records, &device, &date)))?;
     }
 
-    println!("\n{:<24} {:<5} {:>16} {:>10} {:>9} {:>7}  path", "op", "dtype", "shape", "time(us)", "GB/s", "%copy");
+    println!("\n{:<31} {:<5} {:>16} {:>10} {:>9} {:>7}  path", "op", "dtype", "shape", "time(us)", "GB/s", "%copy");
     for r in records {
         let shape = format!("{:?}", r.shape);
         let percent = 100.0 * r.of_copy;
         println!(
-            "{:<24} {:<5} {shape:>16} {:>10.2} {:>9.1} {percent:>6.1}%  {}",
+            "{:<31} {:<5} {shape:>16} {:>10.2} {:>9.1} {percent:>6.1}%  {}",
             r.op, r.dtype, r.micros, r.gbps, r.path
         );
+    }
+    if let Some(note) = norm_ladder::footnote(records) {
+        println!("{note}");
     }
     Ok(())
 }

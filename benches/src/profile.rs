@@ -1,9 +1,11 @@
 //! `--profile`: one transformer block's worth of the ops on main at Llama-like sizes
 //! (hidden 4096, 32 heads, sequence 2048, batch 4, MLP 11008, vocabulary 32000), bf16,
-//! each op's device time and its share of the total, slowest first.
+//! each op's device time and its share of the total, slowest first. Each run of an op is an
+//! NVTX range named after it, so under nsys or ncu its kernels show which op they were.
 
 use crate::measure::Bench;
 use half::bf16;
+use rill::norm::{Backward, Forward, Norm, NormKind};
 use rill::{Tensor, elementwise as ew, softmax};
 
 const BATCH: usize = 4;
@@ -32,6 +34,11 @@ pub fn run(bench: &mut Bench) -> rill::Result<()> {
     let mut hidden = Tensor::<bf16>::zeros(&gpu, &[tokens, MLP])?;
     let (residual, branch) = (random(&[tokens, HIDDEN])?, random(&[tokens, HIDDEN])?);
     let mut sum = Tensor::<bf16>::zeros(&gpu, &[tokens, HIDDEN])?;
+    let mut normed = Tensor::<bf16>::zeros(&gpu, &[tokens, HIDDEN])?;
+    let mut dx = Tensor::<bf16>::zeros(&gpu, &[tokens, HIDDEN])?;
+    let norm_weight = random(&[HIDDEN])?;
+    let mut dweight = Tensor::<bf16>::zeros(&gpu, &[HIDDEN])?;
+    let mut rstd = Tensor::<f32>::zeros(&gpu, &[tokens])?;
     let logits = random(&[tokens, VOCAB])?;
     let mut dlogits = Tensor::<bf16>::zeros(&gpu, &[tokens, VOCAB])?;
     let target =
@@ -42,7 +49,10 @@ pub fn run(bench: &mut Bench) -> rill::Result<()> {
 
     let mut times: Vec<(&str, f64)> = Vec::new();
     let mut time = |bench: &mut Bench, name, mut f: Launch<'_>| {
-        let micros = bench.median_micros(1, 1 << 30, |stream, _| f(stream))?;
+        let micros = bench.median_micros(1, 1 << 30, |stream, _| {
+            let _range = rill::nvtx::range(name);
+            f(stream)
+        })?;
         times.push((name, micros));
         rill::Result::Ok(())
     };
@@ -60,8 +70,25 @@ pub fn run(bench: &mut Bench) -> rill::Result<()> {
     time(bench, "mlp silu(gate) * up", Box::new(|s| ew::mul(s, &act, &up, &mut hidden)))?;
     time(
         bench,
-        "residual add (x2)",
-        Box::new(|s| ew::add(s, &residual, &branch, &mut sum).and_then(|_| ew::add(s, &residual, &branch, &mut sum))),
+        "residual add + rms_norm (x2)",
+        Box::new(|s| {
+            for _ in 0..2 {
+                let call = Forward::new(&residual, &mut normed).weight(&norm_weight).residual(&branch, &mut sum);
+                Norm::new().forward(s, NormKind::RmsNorm, 1e-6, call.save_rstd(&mut rstd))?;
+            }
+            Ok(())
+        }),
+    )?;
+    time(
+        bench,
+        "rms_norm backward (x2)",
+        Box::new(|s| {
+            for _ in 0..2 {
+                let call = Backward::new(&residual, &branch, &rstd, &mut dx).weight(&norm_weight);
+                Norm::new().backward(s, NormKind::RmsNorm, call.dweight(&mut dweight))?;
+            }
+            Ok(())
+        }),
     )?;
     time(bench, "cross entropy", Box::new(|s| softmax::cross_entropy(s, &logits, &target, &mut loss).map(drop)))?;
     time(
@@ -81,6 +108,5 @@ pub fn run(bench: &mut Bench) -> rill::Result<()> {
         println!("{name:<28} {micros:>12.1} {:>6.1}%", 100.0 * micros / total);
     }
     println!("{:<28} {total:>12.1} {:>6.1}%", "total", 100.0);
-    println!("(normalization ops are not on main yet; they join this table when they land)");
     Ok(())
 }

@@ -25,7 +25,8 @@ pub fn grid_stride_blocks(threads: u64, block: u32, device: &DeviceInfo) -> u32 
     needed.min(resident * WAVES as u64).max(1) as u32
 }
 
-/// Launches `kernel` with `params` as its only (by-value) parameter.
+/// Launches `kernel` with `params` as its only (by-value) parameter, inside an NVTX range
+/// named after the kernel so profilers show which op it was (a no-op without a profiler).
 ///
 /// # Safety
 /// `P` must be the `#[repr(C)]` parameter struct the kernel was compiled for, and every
@@ -33,6 +34,7 @@ pub fn grid_stride_blocks(threads: u64, block: u32, device: &DeviceInfo) -> u32 
 pub(crate) unsafe fn launch<P: Copy>(stream: &Stream, kernel: Kernel, config: LaunchConfig, params: &P) -> Result<()> {
     stream.gpu().bind()?;
     let mut param_ptrs = [params as *const P as *mut c_void];
+    let _range = crate::nvtx::range(kernel.symbol);
     // SAFETY: the driver copies the parameter bytes before returning; validity of what they
     // point to is the caller's obligation.
     unsafe {

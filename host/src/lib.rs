@@ -21,6 +21,7 @@ mod gpu;
 mod launch;
 mod module;
 pub mod npy;
+pub mod nvtx;
 mod ops;
 mod tensor;
 
@@ -28,5 +29,5 @@ pub use error::{Error, Result};
 pub use gpu::{DeviceInfo, Gpu, Stream};
 pub use launch::{LaunchConfig, WAVES, grid_stride_blocks};
 pub use module::PtxModule;
-pub use ops::{elementwise, softmax};
+pub use ops::{elementwise, norm, norm_ladder, softmax};
 pub use tensor::{AsView, AsViewMut, DType, Element, Tensor, View, ViewMut, copy};

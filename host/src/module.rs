@@ -49,6 +49,8 @@ impl PtxModule {
 #[derive(Clone, Copy)]
 pub(crate) struct Kernel {
     pub(crate) function: CUfunction,
+    /// Its PTX symbol, the name its launches' NVTX ranges carry.
+    pub(crate) symbol: &'static str,
     /// The most threads per block it launches with (its registers decide).
     pub(crate) max_threads_per_block: u32,
 }
@@ -57,14 +59,14 @@ pub(crate) struct Kernel {
 unsafe impl Send for Kernel {}
 
 impl Kernel {
-    fn new(function: CUfunction) -> Result<Kernel> {
+    fn new(function: CUfunction, symbol: &'static str) -> Result<Kernel> {
         let mut threads = 0i32;
         // SAFETY: writes one int for a loaded function.
         unsafe {
             cuFuncGetAttribute(&mut threads, CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function)
                 .during("cuFuncGetAttribute")?;
         }
-        Ok(Kernel { function, max_threads_per_block: threads.max(0) as u32 })
+        Ok(Kernel { function, symbol, max_threads_per_block: threads.max(0) as u32 })
     }
 
     /// Lets the kernel launch with `bytes` of dynamic shared memory (above the default 48 KB).
@@ -114,7 +116,7 @@ impl Modules {
         let function = loaded_module
             .get_function(symbol)
             .map_err(|_| Error::Unsupported(format!("kernel `{symbol}` is not in PTX module `{}`", module.name())))?;
-        let kernel = Kernel::new(function.to_raw())?;
+        let kernel = Kernel::new(function.to_raw(), symbol)?;
         kernels.insert(symbol, kernel);
         Ok(kernel)
     }

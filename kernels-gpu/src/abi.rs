@@ -216,3 +216,173 @@ macro_rules! for_each_softmax_kernel {
         $($apply!($kind $path $code $dtype $pack); $apply!($kind $path $code $dtype 1);)*
     };
 }
+
+/// Parameters of the LayerNorm and RMSNorm row kernels (forward, residual-add forward,
+/// backward), passed by value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NormArgs {
+    pub shape: RowShape,
+    /// x.
+    pub input: u64,
+    /// The residual (add_forward) or dy (backward).
+    pub second: u64,
+    /// y (forward) or dx (backward).
+    pub output: u64,
+    /// `x + residual`, written by add_forward.
+    pub sum: u64,
+    /// Per-column scale and shift, 0 for none (beta is LayerNorm only).
+    pub gamma: u64,
+    pub beta: u64,
+    /// f32 per row: written by the forward where not 0, read by the backward. RMSNorm has
+    /// no mean.
+    pub mean: u64,
+    pub rstd: u64,
+    pub eps: f32,
+    /// `1 / cols`, so no kernel divides.
+    pub inv_cols: f32,
+    /// 1 for RMSNorm.
+    pub rms: u32,
+    pub reserved: u32,
+}
+
+impl RowArgs for NormArgs {
+    fn shape_mut(&mut self) -> &mut RowShape {
+        &mut self.shape
+    }
+}
+
+/// Threads per block of the parameter-gradient kernels: [`NORM_PARAM_GRAD_WARPS`] warps,
+/// each lane owning one pack of columns.
+pub const NORM_PARAM_GRAD_WARPS: u32 = 8;
+
+/// Parameters of the two-stage dgamma/dbeta reduction: stage 1 (`param_grad`) writes
+/// per-chunk column sums to `partial`; stage 2 (`param_grad_sum`) adds the chunks in order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NormParamGradArgs {
+    pub rows: u64,
+    pub cols: u64,
+    /// Rows each chunk sums (the last may have fewer).
+    pub rows_per_chunk: u64,
+    pub chunks: u64,
+    /// x and dy (stage 1).
+    pub input: u64,
+    pub grad: u64,
+    /// f32 per row, as the forward wrote them.
+    pub mean: u64,
+    pub rstd: u64,
+    /// f32 `[2, chunks, cols]`: dgamma's chunk sums, then dbeta's.
+    pub partial: u64,
+    /// Outputs of stage 2 (dbeta 0 for none).
+    pub dgamma: u64,
+    pub dbeta: u64,
+    /// 1 for RMSNorm (no mean, no beta).
+    pub rms: u32,
+    pub reserved: u32,
+}
+
+/// The exported symbol of a norm kernel: `rill_norm_<kind>_<path>_<x>_<y>_<param>_p<pack>`.
+#[macro_export]
+macro_rules! norm_symbol {
+    ($kind:ident, $path:ident, $x:ident, $y:ident, $param:ident, $pack:literal) => {
+        concat!(
+            "rill_norm_",
+            stringify!($kind),
+            "_",
+            stringify!($path),
+            "_",
+            stringify!($x),
+            "_",
+            stringify!($y),
+            "_",
+            stringify!($param),
+            "_p",
+            stringify!($pack)
+        )
+    };
+}
+
+/// Calls `$apply!(kind path code x y param pack)` for every norm row kernel: the forwards
+/// for each (x, y, gamma/beta) dtype triple, output casts included; the backward for the
+/// triples whose output is the input dtype; each path; the widest pack and pack 1.
+#[macro_export]
+macro_rules! for_each_norm_kernel {
+    ($apply:ident) => {
+        $crate::for_each_norm_kernel!(@kinds $apply [forward add_forward]
+            [(f32 f32 f32 4) (f16 f16 f16 8) (f16 f16 f32 8) (bf16 bf16 bf16 8) (bf16 bf16 f32 8)
+             (f32 f16 f32 4) (f32 bf16 f32 4)]);
+        $crate::for_each_norm_kernel!(@kinds $apply [backward]
+            [(f32 f32 f32 4) (f16 f16 f16 8) (f16 f16 f32 8) (bf16 bf16 bf16 8) (bf16 bf16 f32 8)]);
+    };
+    (@kinds $apply:ident [$($kind:ident)*] $types:tt) => {
+        $($crate::for_each_norm_kernel!(@paths $apply $kind
+            [(warp8 8) (warp16 16) (warp32 32) (shared 1) (uncached 0)] $types);)*
+    };
+    (@paths $apply:ident $kind:ident [$(($path:ident $code:literal))*] $types:tt) => {
+        $($crate::for_each_norm_kernel!(@types $apply $kind $path $code $types);)*
+    };
+    (@types $apply:ident $kind:ident $path:ident $code:literal [$(($x:ident $y:ident $param:ident $pack:literal))*]) => {
+        $($apply!($kind $path $code $x $y $param $pack); $apply!($kind $path $code $x $y $param 1);)*
+    };
+}
+
+/// Calls `$apply!(x pack)` for each parameter-gradient stage-1 kernel (per input dtype) and
+/// `$apply!(param)` through `$sum` for each stage-2 kernel (per parameter dtype).
+#[macro_export]
+macro_rules! for_each_norm_param_grad_kernel {
+    ($stage1:ident, $stage2:ident) => {
+        $stage1!(f32 4); $stage1!(f32 1); $stage1!(f16 8); $stage1!(f16 1); $stage1!(bf16 8); $stage1!(bf16 1);
+        $stage2!(f32); $stage2!(f16); $stage2!(bf16);
+    };
+}
+
+// ---------------------------------------------------------------------------------------------
+// The RMSNorm optimization ladder (benchmark comparators)
+// ---------------------------------------------------------------------------------------------
+
+/// Threads per block of the ladder's kernels (rung 1: rows per block; rungs 2-4: threads
+/// per row). A power of two, as rung 2's tree reduction needs.
+pub const NORM_LADDER_BLOCK_SIZE: u32 = 256;
+
+/// Parameters of the RMSNorm optimization ladder's kernels, passed by value: the forward
+/// `y = x * rsqrt(mean(x^2) + eps) * gamma` over rows of a contiguous `[rows, cols]` `x`,
+/// with `gamma` of `[cols]` and `y` like `x`, all of one dtype. These naive kernels are the
+/// benchmark's comparators (one thread per row; shared-memory tree; warp shuffle; warp
+/// shuffle with 16-byte accesses), not the dispatched RMSNorm, which takes `NormArgs`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NormLadderArgs {
+    pub rows: u64,
+    pub cols: u64,
+    /// Device addresses of x, gamma and y.
+    pub input: u64,
+    pub gamma: u64,
+    pub output: u64,
+    pub eps: f32,
+    /// `1 / cols`, so no kernel divides.
+    pub inv_cols: f32,
+}
+
+/// The exported symbol of a ladder kernel: `rill_norm_ladder_<rung>_<dtype>`.
+#[macro_export]
+macro_rules! norm_ladder_symbol {
+    ($rung:ident, $dtype:ident) => {
+        concat!("rill_norm_ladder_", stringify!($rung), "_", stringify!($dtype))
+    };
+}
+
+/// Every ladder kernel, as `rung: dtype pack, ...;` (pack: elements per access, 1 but for
+/// the vectorized rung's 16 bytes). The device instantiates an entry point per rung and
+/// dtype; the host builds its symbol table from the same list.
+#[macro_export]
+macro_rules! for_each_norm_ladder_kernel {
+    ($apply:ident) => {
+        $apply! {
+            thread_per_row: f32 1, f16 1, bf16 1;
+            shared_tree: f32 1, f16 1, bf16 1;
+            warp_strided: f32 1, f16 1, bf16 1;
+            warp_vectorized: f32 4, f16 8, bf16 8;
+        }
+    };
+}

@@ -47,3 +47,75 @@ mod softmax {
 
     for_each_softmax_kernel!(softmax_entry);
 }
+
+#[cfg(feature = "norm")]
+mod norm {
+    use crate::abi::{NormArgs, NormParamGradArgs};
+    #[allow(unused_imports)]
+    use crate::scalar::bf16;
+    use crate::{for_each_norm_kernel, for_each_norm_param_grad_kernel, norm_symbol};
+
+    macro_rules! norm_entry {
+        ($kind:ident $path:ident $code:literal $x:ident $y:ident $param:ident $pack:literal) => {
+            const _: () = {
+                #[unsafe(export_name = norm_symbol!($kind, $path, $x, $y, $param, $pack))]
+                unsafe extern "ptx-kernel" fn entry(args: NormArgs) {
+                    // SAFETY: the host validated `args` and planned the launch for this path.
+                    unsafe { crate::ops::norm::$kind::<$x, $y, $param, $pack, $code>(&args) }
+                }
+            };
+        };
+    }
+
+    macro_rules! param_grad_entry {
+        ($x:ident $pack:literal) => {
+            const _: () = {
+                #[unsafe(export_name = norm_symbol!(param_grad, chunks, $x, f32, f32, $pack))]
+                unsafe extern "ptx-kernel" fn entry(args: NormParamGradArgs) {
+                    // SAFETY: the host validated `args` and sized grid and shared memory.
+                    unsafe { crate::ops::norm::param_grad::<$x, $pack>(&args) }
+                }
+            };
+        };
+    }
+
+    macro_rules! param_grad_sum_entry {
+        ($param:ident) => {
+            const _: () = {
+                #[unsafe(export_name = norm_symbol!(param_grad_sum, columns, f32, f32, $param, 1))]
+                unsafe extern "ptx-kernel" fn entry(args: NormParamGradArgs) {
+                    // SAFETY: the host validated `args`.
+                    unsafe { crate::ops::norm::param_grad_sum::<$param>(&args) }
+                }
+            };
+        };
+    }
+
+    for_each_norm_kernel!(norm_entry);
+    for_each_norm_param_grad_kernel!(param_grad_entry, param_grad_sum_entry);
+}
+
+#[cfg(feature = "norm_ladder")]
+mod norm_ladder {
+    use crate::abi::NormLadderArgs;
+    #[allow(unused_imports)]
+    use crate::scalar::bf16;
+    use crate::{for_each_norm_ladder_kernel, norm_ladder_symbol};
+
+    macro_rules! norm_ladder_entries {
+        ($($rung:ident: $($dtype:ident $pack:literal),+;)+) => {
+            $($(
+                const _: () = {
+                    #[unsafe(export_name = norm_ladder_symbol!($rung, $dtype))]
+                    unsafe extern "ptx-kernel" fn entry(args: NormLadderArgs) {
+                        // SAFETY: the host validated `args` and chose the geometry and the
+                        // alignment this rung needs.
+                        unsafe { crate::ops::norm_ladder::$rung::<$dtype, $pack>(&args) }
+                    }
+                };
+            )+)+
+        };
+    }
+
+    for_each_norm_ladder_kernel!(norm_ladder_entries);
+}

@@ -5,9 +5,10 @@
 //! rows through a [`Load`] and write them through a [`Store`], so fusing a neighbouring
 //! op (a scale, a mask, a residual add, a cast) is a new functor, not a new kernel.
 
+use crate::abi::PACK_BYTES;
 use crate::arch::{GlobalAddr, load_global_nc, store_global};
 use crate::scalar::Scalar;
-use crate::unroll::unrolled_array;
+use crate::unroll::{unroll, unrolled_array};
 use core::marker::PhantomData;
 
 /// `N` elements of `T` held as the 32-bit words one access moves. Lanes of 16-bit types
@@ -153,5 +154,51 @@ impl<T: Scalar, const N: usize> Store<N> for DirectStore<T> {
         }
         // SAFETY: forwarded to the caller.
         unsafe { pack.store(self.0.base, self.0.pack_index::<N>(row, col)) }
+    }
+}
+
+/// A per-column vector (a norm's gamma or beta) of `T`, the same for every row. Its packs
+/// follow the row's pack `N`, which for a wider `T` than the row's (f32 gamma beside f16
+/// rows) spans more than 16 bytes: it loads in accesses of at most 16 bytes each.
+#[derive(Clone, Copy)]
+pub struct ColumnLoad<T> {
+    base: GlobalAddr,
+    _element: PhantomData<T>,
+}
+
+impl<T: Scalar> ColumnLoad<T> {
+    /// # Safety
+    /// `address` must be a generic address of global memory holding the vector, aligned to
+    /// `min(N * size_of::<T>(), 16)` for packs of `N`.
+    #[inline(always)]
+    pub unsafe fn new(address: u64) -> Self {
+        // SAFETY: forwarded to the caller.
+        ColumnLoad { base: unsafe { GlobalAddr::from_generic(address) }, _element: PhantomData }
+    }
+
+    /// Elements `col..col + N`.
+    ///
+    /// # Safety
+    /// They must be inside the vector, and `col` a multiple of `N`.
+    #[inline(always)]
+    pub unsafe fn load<const N: usize>(&self, col: u64) -> [f32; N] {
+        let per_access = PACK_BYTES / T::BYTES;
+        let mut out = [0.0; N];
+        unroll::<N>(|first| {
+            if first % per_access == 0 {
+                let count = if N - first < per_access { N - first } else { per_access };
+                let at = self.base.offset((col + first as u64) * T::BYTES as u64);
+                // SAFETY: `count` elements inside the vector, aligned to their size (the
+                // caller's alignment, and `first` is a multiple of the 16-byte access).
+                let words = unsafe { load_global_nc(at, count * T::BYTES) };
+                unroll::<N>(|k| {
+                    if k < count {
+                        let bits = if T::BYTES == 4 { words[k] } else { (words[k / 2] >> (16 * (k % 2))) & 0xffff };
+                        out[first + k] = T::from_bits(bits).to_f32();
+                    }
+                });
+            }
+        });
+        out
     }
 }

@@ -3,7 +3,7 @@
 use crate::harness::{Suite, measure, parallel_map, tolerance_of, view_at, view_mut_at};
 use half::{bf16, f16};
 use rill::elementwise as ew;
-use rill::{Element, Stream, Tensor, View, ViewMut};
+use rill::{Element, Tensor, View};
 use rill_tests::random::Domain;
 use rill_tests::reference::{ELEMENTWISE_OPS, ElementwiseOp};
 use rill_tests::shapes::{BIAS_COLS, ELEMENTWISE_TEST_LENGTHS};
@@ -83,30 +83,13 @@ fn launch_op<T: Element>(
     let mut output = suite.poisoned::<T>(len, output_offset)?;
     {
         let mut y = view_mut_at(&mut output, output_offset, shape)?;
-        dispatch(&suite.stream, op.name, &views, &mut y)?;
+        rill_tests::ops::elementwise(&suite.stream, op.name, &views, &mut y)?;
     }
     suite.stream.synchronize()?;
     Ok(output.to_vec()?.split_off(output_offset))
 }
 
 /// Calls the library function named `name`.
-fn dispatch<T: Element>(stream: &Stream, name: &str, x: &[View<'_, T>], y: &mut ViewMut<'_, T>) -> rill::Result<()> {
-    match (name, x) {
-        ("relu", [a]) => ew::relu(stream, a, y),
-        ("gelu", [a]) => ew::gelu(stream, a, y),
-        ("gelu_tanh", [a]) => ew::gelu_tanh(stream, a, y),
-        ("silu", [a]) => ew::silu(stream, a, y),
-        ("sigmoid", [a]) => ew::sigmoid(stream, a, y),
-        ("add", [a, b]) => ew::add(stream, a, b, y),
-        ("sub", [a, b]) => ew::sub(stream, a, b, y),
-        ("mul", [a, b]) => ew::mul(stream, a, b, y),
-        ("div", [a, b]) => ew::div(stream, a, b, y),
-        ("fma", [a, b, c]) => ew::fma(stream, a, b, c, y),
-        ("bias_add_gelu", [a, b]) => ew::bias_add_gelu(stream, a, b, y),
-        _ => Err(rill::Error::Unsupported(format!("test dispatch has no `{name}` with {} inputs", x.len()))),
-    }
-}
-
 fn casts(suite: &mut Suite) {
     cast_pair::<f32, f16>(suite);
     cast_pair::<f32, bf16>(suite);

@@ -1,8 +1,9 @@
 //! Shared pieces of rill's tests and benchmarks: f64 CPU references ([`reference`]),
-//! seeded random inputs ([`random`]), error measurement ([`check`]) and the shape tables
-//! both the tests and the benchmarks use ([`shapes`]).
+//! seeded random inputs ([`random`]), error measurement ([`check`]), ops run by name
+//! ([`ops`]) and the shape tables both the tests and the benchmarks use ([`shapes`]).
 
 pub mod check;
+pub mod ops;
 pub mod random;
 pub mod reference;
 pub mod shapes;

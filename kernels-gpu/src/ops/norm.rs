@@ -1,1 +1,660 @@
-//! LayerNorm and RMSNorm (in progress).
+//! LayerNorm and RMSNorm over the rows of a `(rows, cols)` view, forward and backward, on
+//! the three paths of [`crate::ops::rows`] (warp, shared, uncached).
+//!
+//! One body per direction serves both norms (RMSNorm is LayerNorm with the mean held at 0
+//! and no beta) and every fusion: the forward reads the row through a [`Load`] (plain, or
+//! residual add that also writes the sum) and writes `(x - mean) * rstd` through a
+//! [`Store`] that applies gamma and beta and casts; the backward reads `x` already
+//! normalized and `dy` already scaled by gamma through two loads.
+//!
+//! The variance never divides per element: on the warp and shared paths the row is cached,
+//! so it is two passes over registers or shared memory (mean, then centered squares); the
+//! uncached path merges each pack's exact moments into the thread's running ones (Chan et
+//! al.), one reciprocal per pack. dgamma and dbeta are a separate two-stage reduction.
+
+use super::rows::{
+    MAX_BATCH, WarpRows, block_packs, block_packs_loaded, block_rows, shared_batch, warp_load, warp_row_reduce,
+    warp_store,
+};
+use crate::abi::{NORM_PARAM_GRAD_WARPS, NormArgs, NormParamGradArgs, ROW_PATH_SHARED, ROW_PATH_UNCACHED};
+use crate::arch::{
+    WARP_SIZE, block_dim_x, block_idx_x, dynamic_shared, grid_dim_x, rcp, rsqrt, sync_threads, thread_idx_x,
+};
+use crate::pack::{ColumnLoad, DirectLoad, DirectStore, Load, RowMajor, Store};
+use crate::reduce::{Sum, block_all_reduce};
+use crate::scalar::Scalar;
+use crate::unroll::{unroll, unrolled_array};
+use core::num::NonZeroU64;
+
+/// A row's statistics: the normalized value of `x` is `(x - mean) * rstd`.
+#[derive(Clone, Copy)]
+struct Stats {
+    mean: f32,
+    rstd: f32,
+}
+
+impl Stats {
+    #[inline(always)]
+    fn normalize(self, x: f32) -> f32 {
+        (x - self.mean) * self.rstd
+    }
+}
+
+/// What the forward needs besides its Load and Store: the constants and the per-row
+/// outputs (null where not wanted).
+struct Forward {
+    mean: *mut f32,
+    rstd: *mut f32,
+    eps: f32,
+    inv_cols: f32,
+    rms: bool,
+}
+
+impl Forward {
+    #[inline(always)]
+    fn new(args: &NormArgs) -> Self {
+        Forward {
+            mean: args.mean as *mut f32,
+            rstd: args.rstd as *mut f32,
+            eps: args.eps,
+            inv_cols: args.inv_cols,
+            rms: args.rms != 0,
+        }
+    }
+
+    /// The mean from the row's sum (0 for RMSNorm, which does not center).
+    #[inline(always)]
+    fn mean(&self, sum: f32) -> f32 {
+        if self.rms { 0.0 } else { sum * self.inv_cols }
+    }
+
+    /// Statistics from the mean and the sum of squares about it.
+    #[inline(always)]
+    fn stats(&self, mean: f32, squares: f32) -> Stats {
+        Stats { mean, rstd: rsqrt(squares * self.inv_cols + self.eps) }
+    }
+
+    /// # Safety
+    /// `row` must be a row of the view; one thread per row calls it.
+    #[inline(always)]
+    unsafe fn write(&self, row: u64, stats: Stats) {
+        // SAFETY: the per-row arrays, where given, hold `rows` f32s.
+        unsafe {
+            if !self.mean.is_null() && !self.rms {
+                self.mean.add(row as usize).write(stats.mean);
+            }
+            if !self.rstd.is_null() {
+                self.rstd.add(row as usize).write(stats.rstd);
+            }
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn warp_forward<L: Load<P>, S: Store<P>, const P: usize, const E: usize>(
+    load: &L,
+    store: &S,
+    norm: &Forward,
+    args: &NormArgs,
+) {
+    let shape = &args.shape;
+    let at = WarpRows::new::<E>(shape);
+    // SAFETY (block): loads and stores stay in range (warp_load, warp_store), and the whole
+    // warp runs the same iterations.
+    at.for_each_access(shape.rows, |first| unsafe {
+        let x = warp_load::<L, P, E>(load, &at, first, shape, 0.0);
+        let mean = if norm.rms {
+            [0.0; 2]
+        } else {
+            warp_row_reduce::<Sum, E>(|r, i| x[r][i], at.width).map(|sum| norm.mean(sum))
+        };
+        let squares = warp_row_reduce::<Sum, E>(
+            |r, i| {
+                let d = x[r][i] - mean[r];
+                if at.in_row::<P>(i, shape.cols) { d * d } else { 0.0 }
+            },
+            at.width,
+        );
+        let stats = [norm.stats(mean[0], squares[0]), norm.stats(mean[1], squares[1])];
+        if at.lane == 0 {
+            unroll::<2>(|r| {
+                if at.holds::<E>(r, first, shape.rows) {
+                    norm.write(first + r as u64, stats[r]);
+                }
+            });
+        }
+        warp_store::<S, P, E>(store, &at, first, shape, |r, i| stats[r].normalize(x[r][i]));
+    });
+}
+
+#[inline(always)]
+unsafe fn shared_forward<L: Load<P>, S: Store<P>, const P: usize>(
+    load: &L,
+    store: &S,
+    norm: &Forward,
+    args: &NormArgs,
+) {
+    let shape = &args.shape;
+    let packs = (shape.cols / P as u64) as usize;
+    let cache = dynamic_shared::<f32>();
+    // Element j of pack p sits at cache[j * packs + p]: consecutive threads, consecutive words.
+    let slot = |pack: u64, j: usize| j * packs + pack as usize;
+    // SAFETY (block): the launch sizes the cache to `cols` f32s; each thread touches only
+    // its own packs' slots, so no barrier is needed beyond those in the reductions.
+    block_rows(shape, |row| unsafe {
+        let mut sum = 0.0;
+        block_packs_loaded::<P, [f32; P]>(
+            shape,
+            shared_batch(P),
+            |col| load.load(row, col),
+            |pack, v| {
+                unroll::<P>(|j| {
+                    cache.add(slot(pack, j)).write(v[j]);
+                    sum += v[j];
+                })
+            },
+        );
+        let mean = if norm.rms { 0.0 } else { norm.mean(block_all_reduce::<Sum>(sum)) };
+        let mut squares = 0.0;
+        block_packs::<P>(shape, |pack, _| {
+            unroll::<P>(|j| {
+                let d = cache.add(slot(pack, j)).read() - mean;
+                squares += d * d;
+            })
+        });
+        let stats = norm.stats(mean, block_all_reduce::<Sum>(squares));
+        if thread_idx_x() == 0 {
+            norm.write(row, stats);
+        }
+        block_packs::<P>(shape, |pack, col| {
+            store.store(unrolled_array(|j| stats.normalize(cache.add(slot(pack, j)).read())), row, col);
+        });
+    });
+}
+
+/// A thread's running moments over the packs it has read: count, mean and sum of squared
+/// deviations. Each pack's own mean and squares are exact (two passes over its registers);
+/// merging them costs one reciprocal.
+#[derive(Clone, Copy)]
+struct Moments {
+    packs: f32,
+    mean: f32,
+    squares: f32,
+}
+
+impl Moments {
+    #[inline(always)]
+    fn add<const P: usize>(&mut self, v: [f32; P]) {
+        let mut sum = 0.0;
+        unroll::<P>(|j| sum += v[j]);
+        let pack_mean = sum * (1.0 / P as f32);
+        let mut pack_squares = 0.0;
+        unroll::<P>(|j| {
+            let d = v[j] - pack_mean;
+            pack_squares += d * d;
+        });
+        self.packs += 1.0;
+        let weight = rcp(self.packs);
+        let delta = pack_mean - self.mean;
+        self.mean += delta * weight;
+        // Chan: + delta^2 * n_a * n_b / n, with n_a = (packs - 1) P, n_b = P.
+        self.squares += pack_squares + delta * delta * (P as f32) * (self.packs - 1.0) * weight;
+    }
+}
+
+#[inline(always)]
+unsafe fn uncached_forward<L: Load<P>, S: Store<P>, const P: usize>(
+    load: &L,
+    store: &S,
+    norm: &Forward,
+    args: &NormArgs,
+) {
+    let shape = &args.shape;
+    // SAFETY (block): every column visited is a pack inside the row.
+    block_rows(shape, |row| unsafe {
+        let stats = if norm.rms {
+            let mut squares = 0.0;
+            block_packs_loaded::<P, [f32; P]>(
+                shape,
+                MAX_BATCH,
+                |col| load.load(row, col),
+                |_, v| unroll::<P>(|j| squares += v[j] * v[j]),
+            );
+            norm.stats(0.0, block_all_reduce::<Sum>(squares))
+        } else {
+            let mut moments = Moments { packs: 0.0, mean: 0.0, squares: 0.0 };
+            block_packs_loaded::<P, [f32; P]>(shape, MAX_BATCH, |col| load.load(row, col), |_, v| moments.add(v));
+            let count = moments.packs * P as f32;
+            let mean = norm.mean(block_all_reduce::<Sum>(count * moments.mean));
+            let d = moments.mean - mean;
+            norm.stats(mean, block_all_reduce::<Sum>(moments.squares + count * d * d))
+        };
+        if thread_idx_x() == 0 {
+            norm.write(row, stats);
+        }
+        block_packs_loaded::<P, [f32; P]>(
+            shape,
+            MAX_BATCH,
+            |col| load.load(row, col),
+            |pack, v| store.store(unrolled_array(|j| stats.normalize(v[j])), row, pack * P as u64),
+        );
+    });
+}
+
+/// The forward body for path `PATH` (a warp code is the elements per lane).
+#[inline(always)]
+unsafe fn forward_path<L: Load<P>, S: Store<P>, const P: usize, const PATH: usize>(
+    load: &L,
+    store: &S,
+    args: &NormArgs,
+) {
+    let norm = Forward::new(args);
+    // SAFETY: forwarded; the host launched this kernel with this path's geometry.
+    unsafe {
+        match PATH {
+            ROW_PATH_UNCACHED => uncached_forward::<L, S, P>(load, store, &norm, args),
+            ROW_PATH_SHARED => shared_forward::<L, S, P>(load, store, &norm, args),
+            _ => warp_forward::<L, S, P, PATH>(load, store, &norm, args),
+        }
+    }
+}
+
+/// `x + residual`, rounded to `T` (what the sum array holds, so the norm sees exactly the
+/// stored sum), also written to the sum array: a transformer block's residual stream.
+/// The uncached path reads its row twice and so writes the same sum twice.
+pub struct ResidualAddLoad<T> {
+    x: DirectLoad<T>,
+    residual: DirectLoad<T>,
+    sum: DirectStore<T>,
+}
+
+impl<T: Scalar, const N: usize> Load<N> for ResidualAddLoad<T> {
+    #[inline(always)]
+    unsafe fn load(&self, row: u64, col: u64) -> [f32; N] {
+        // SAFETY: forwarded; the three arrays have the same shape and alignment.
+        unsafe {
+            let (x, r): ([f32; N], [f32; N]) = (self.x.load(row, col), self.residual.load(row, col));
+            let sum = unrolled_array(|j| T::from_f32(x[j] + r[j]).to_f32());
+            self.sum.store(sum, row, col);
+            sum
+        }
+    }
+}
+
+/// Stores `normalized * gamma + beta` (either optional) as `U`.
+pub struct AffineStore<U, G> {
+    out: DirectStore<U>,
+    gamma: Option<ColumnLoad<G>>,
+    beta: Option<ColumnLoad<G>>,
+}
+
+impl<U: Scalar, G: Scalar, const N: usize> Store<N> for AffineStore<U, G> {
+    #[inline(always)]
+    unsafe fn store(&self, values: [f32; N], row: u64, col: u64) {
+        // SAFETY: forwarded; gamma and beta hold `cols` elements.
+        unsafe {
+            let mut out = values;
+            if let Some(gamma) = &self.gamma {
+                let g: [f32; N] = gamma.load(col);
+                unroll::<N>(|j| out[j] *= g[j]);
+            }
+            if let Some(beta) = &self.beta {
+                let b: [f32; N] = beta.load(col);
+                unroll::<N>(|j| out[j] += b[j]);
+            }
+            self.out.store(out, row, col);
+        }
+    }
+}
+
+/// The optional per-column vector at `address` (0 for none).
+///
+/// # Safety
+/// A non-zero `address` must hold the vector, aligned as [`ColumnLoad::new`] requires.
+#[inline(always)]
+unsafe fn column<G: Scalar>(address: u64) -> Option<ColumnLoad<G>> {
+    // SAFETY: forwarded.
+    if address == 0 { None } else { Some(unsafe { ColumnLoad::new(address) }) }
+}
+
+/// # Safety (every kernel body below)
+/// `args` must describe live arrays of `rows x cols` elements (row stride `cols`) of the
+/// kernel's dtypes, per-column vectors of `cols`, per-row f32 arrays of `rows`, all aligned
+/// to the pack `P` with `cols` a multiple of `P`, and a launch with the geometry the host
+/// planned for `PATH`.
+#[inline(always)]
+unsafe fn view<T: Scalar>(address: u64, cols: u64) -> RowMajor<T> {
+    // SAFETY: forwarded.
+    unsafe { RowMajor::new(address, cols) }
+}
+
+#[inline(always)]
+unsafe fn affine_store<U: Scalar, G: Scalar>(args: &NormArgs) -> AffineStore<U, G> {
+    // SAFETY: see `view`.
+    unsafe {
+        AffineStore {
+            out: DirectStore(view::<U>(args.output, args.shape.cols)),
+            gamma: column(args.gamma),
+            beta: column(args.beta),
+        }
+    }
+}
+
+#[inline(always)]
+pub unsafe fn forward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PATH: usize>(args: &NormArgs) {
+    // SAFETY: see `view`.
+    unsafe {
+        let load = DirectLoad(view::<T>(args.input, args.shape.cols));
+        forward_path::<_, _, P, PATH>(&load, &affine_store::<U, G>(args), args);
+    }
+}
+
+#[inline(always)]
+pub unsafe fn add_forward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PATH: usize>(args: &NormArgs) {
+    // SAFETY: see `view`; the residual and the sum have the input's shape.
+    unsafe {
+        let cols = args.shape.cols;
+        let load = ResidualAddLoad {
+            x: DirectLoad(view::<T>(args.input, cols)),
+            residual: DirectLoad(view::<T>(args.second, cols)),
+            sum: DirectStore(view::<T>(args.sum, cols)),
+        };
+        forward_path::<_, _, P, PATH>(&load, &affine_store::<U, G>(args), args);
+    }
+}
+
+/// The per-row statistics the forward wrote, as the backward kernels read them.
+#[derive(Clone, Copy)]
+struct SavedStats {
+    mean: *const f32,
+    rstd: *const f32,
+    rms: bool,
+}
+
+impl SavedStats {
+    #[inline(always)]
+    fn new(mean: u64, rstd: u64, rms: u32) -> Self {
+        SavedStats { mean: mean as *const f32, rstd: rstd as *const f32, rms: rms != 0 }
+    }
+
+    /// # Safety
+    /// `row` must be a row of the view (the arrays hold `rows` f32s; RMSNorm has no mean).
+    #[inline(always)]
+    unsafe fn get(&self, row: u64) -> Stats {
+        // SAFETY: forwarded.
+        unsafe {
+            let mean = if self.rms { 0.0 } else { self.mean.add(row as usize).read() };
+            Stats { mean, rstd: self.rstd.add(row as usize).read() }
+        }
+    }
+}
+
+/// `x` normalized with its row's statistics, as the forward saw it before gamma.
+pub struct NormalizedLoad<T> {
+    x: DirectLoad<T>,
+    stats: SavedStats,
+}
+
+impl<T: Scalar, const N: usize> Load<N> for NormalizedLoad<T> {
+    #[inline(always)]
+    unsafe fn load(&self, row: u64, col: u64) -> [f32; N] {
+        // SAFETY: forwarded.
+        unsafe {
+            let x: [f32; N] = self.x.load(row, col);
+            let stats = self.stats.get(row);
+            unrolled_array(|j| stats.normalize(x[j]))
+        }
+    }
+}
+
+/// `dy * gamma` (just `dy` without gamma): the gradient reaching the normalized value.
+pub struct ScaledGradLoad<T, G> {
+    dy: DirectLoad<T>,
+    gamma: Option<ColumnLoad<G>>,
+}
+
+impl<T: Scalar, G: Scalar, const N: usize> Load<N> for ScaledGradLoad<T, G> {
+    #[inline(always)]
+    unsafe fn load(&self, row: u64, col: u64) -> [f32; N] {
+        // SAFETY: forwarded; gamma holds `cols` elements.
+        unsafe {
+            let mut dy: [f32; N] = self.dy.load(row, col);
+            if let Some(gamma) = &self.gamma {
+                let g: [f32; N] = gamma.load(col);
+                unroll::<N>(|j| dy[j] *= g[j]);
+            }
+            dy
+        }
+    }
+}
+
+/// `dx = rstd * (g - mean(g) - xhat * mean(g * xhat))` from the normalized input `xhat`
+/// and the scaled gradient `g = dy * gamma`; RMSNorm drops the `mean(g)` term.
+#[derive(Clone, Copy)]
+struct Gradient {
+    rstd: f32,
+    mean_g: f32,
+    mean_gx: f32,
+}
+
+impl Gradient {
+    #[inline(always)]
+    fn new(args: &NormArgs, rstd: f32, sum_g: f32, sum_gx: f32) -> Self {
+        let mean_g = if args.rms != 0 { 0.0 } else { sum_g * args.inv_cols };
+        Gradient { rstd, mean_g, mean_gx: sum_gx * args.inv_cols }
+    }
+
+    #[inline(always)]
+    fn apply(self, xhat: f32, g: f32) -> f32 {
+        self.rstd * (g - self.mean_g - xhat * self.mean_gx)
+    }
+}
+
+#[inline(always)]
+unsafe fn backward_path<LX: Load<P>, LG: Load<P>, S: Store<P>, const P: usize, const PATH: usize>(
+    load_xhat: &LX,
+    load_g: &LG,
+    store: &S,
+    args: &NormArgs,
+) {
+    let shape = &args.shape;
+    let saved = SavedStats::new(args.mean, args.rstd, args.rms);
+    // SAFETY (whole body): as the forward paths.
+    unsafe {
+        match PATH {
+            ROW_PATH_UNCACHED => block_rows(shape, |row| {
+                let pair = |col| (load_xhat.load(row, col), load_g.load(row, col));
+                let (mut sum_g, mut sum_gx) = (0.0, 0.0);
+                block_packs_loaded::<P, _>(shape, MAX_BATCH, pair, |_, (xhat, g): ([f32; P], [f32; P])| {
+                    unroll::<P>(|j| {
+                        sum_g += g[j];
+                        sum_gx += g[j] * xhat[j];
+                    })
+                });
+                let (sum_g, sum_gx) = (block_all_reduce::<Sum>(sum_g), block_all_reduce::<Sum>(sum_gx));
+                let grad = Gradient::new(args, saved.get(row).rstd, sum_g, sum_gx);
+                block_packs_loaded::<P, _>(shape, MAX_BATCH, pair, |pack, (xhat, g)| {
+                    store.store(unrolled_array(|j| grad.apply(xhat[j], g[j])), row, pack * P as u64)
+                });
+            }),
+            ROW_PATH_SHARED => {
+                let packs = (shape.cols / P as u64) as usize;
+                let cache = dynamic_shared::<f32>();
+                // xhat in the first `cols` slots, g in the next.
+                let slot = |pack: u64, j: usize| j * packs + pack as usize;
+                let g_at = packs * P;
+                block_rows(shape, |row| {
+                    let (mut sum_g, mut sum_gx) = (0.0, 0.0);
+                    block_packs_loaded::<P, _>(
+                        shape,
+                        1,
+                        |col| (load_xhat.load(row, col), load_g.load(row, col)),
+                        |pack, (xhat, g): ([f32; P], [f32; P])| {
+                            unroll::<P>(|j| {
+                                cache.add(slot(pack, j)).write(xhat[j]);
+                                cache.add(g_at + slot(pack, j)).write(g[j]);
+                                sum_g += g[j];
+                                sum_gx += g[j] * xhat[j];
+                            })
+                        },
+                    );
+                    let (sum_g, sum_gx) = (block_all_reduce::<Sum>(sum_g), block_all_reduce::<Sum>(sum_gx));
+                    let grad = Gradient::new(args, saved.get(row).rstd, sum_g, sum_gx);
+                    block_packs::<P>(shape, |pack, col| {
+                        let out = unrolled_array(|j| {
+                            grad.apply(cache.add(slot(pack, j)).read(), cache.add(g_at + slot(pack, j)).read())
+                        });
+                        store.store(out, row, col);
+                    });
+                });
+            }
+            _ => {
+                let at = WarpRows::new::<PATH>(shape);
+                at.for_each_access(shape.rows, |first| {
+                    // Padding columns load as g = 0, so they add nothing to either sum.
+                    let xhat = warp_load::<LX, P, PATH>(load_xhat, &at, first, shape, 0.0);
+                    let g = warp_load::<LG, P, PATH>(load_g, &at, first, shape, 0.0);
+                    let sum_g = warp_row_reduce::<Sum, PATH>(|r, i| g[r][i], at.width);
+                    let sum_gx = warp_row_reduce::<Sum, PATH>(|r, i| g[r][i] * xhat[r][i], at.width);
+                    let rstd = |r: usize| {
+                        if at.holds::<PATH>(r, first, shape.rows) { saved.get(first + r as u64).rstd } else { 0.0 }
+                    };
+                    let grad = [
+                        Gradient::new(args, rstd(0), sum_g[0], sum_gx[0]),
+                        Gradient::new(args, rstd(1), sum_g[1], sum_gx[1]),
+                    ];
+                    warp_store::<S, P, PATH>(store, &at, first, shape, |r, i| grad[r].apply(xhat[r][i], g[r][i]));
+                });
+            }
+        }
+    }
+}
+
+#[inline(always)]
+pub unsafe fn backward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PATH: usize>(args: &NormArgs) {
+    // SAFETY: see `view`; dy and dx have the input's shape (U is T for backward kernels).
+    unsafe {
+        let cols = args.shape.cols;
+        let stats = SavedStats::new(args.mean, args.rstd, args.rms);
+        let load_xhat = NormalizedLoad { x: DirectLoad(view::<T>(args.input, cols)), stats };
+        let load_g = ScaledGradLoad::<T, G> { dy: DirectLoad(view::<T>(args.second, cols)), gamma: column(args.gamma) };
+        let store = DirectStore(view::<U>(args.output, cols));
+        backward_path::<_, _, _, P, PATH>(&load_xhat, &load_g, &store, args);
+    }
+}
+
+/// Stage 1 of dgamma/dbeta: block `b` sums rows `chunk * rows_per_chunk ..` (chunk
+/// `b / tiles`) of the column tile `b % tiles` (32 lanes x `P` columns). Each warp takes
+/// every eighth row of the chunk; the warps' sums then add up in a fixed order through
+/// shared memory, so the result does not depend on scheduling.
+///
+/// # Safety
+/// `args` must describe live arrays (x, dy: `rows x cols` of `T` aligned to `P` with `cols`
+/// a multiple of `P`; mean, rstd: `rows` f32; partial: `2 x chunks x cols` f32), a grid of
+/// `tiles x chunks` blocks of `NORM_PARAM_GRAD_WARPS` warps, and `P x 2 x 32 x warps` f32
+/// of dynamic shared memory.
+#[inline(always)]
+pub unsafe fn param_grad<T: Scalar, const P: usize>(args: &NormParamGradArgs) {
+    let tile_cols = (WARP_SIZE as u64) * P as u64;
+    // At least one tile (cols > 0): a divisor with no zero check.
+    let tiles = NonZeroU64::new(args.cols.div_ceil(tile_cols)).unwrap_or(NonZeroU64::MIN);
+    let (chunk, tile) = (block_idx_x() as u64 / tiles, block_idx_x() as u64 % tiles);
+    let (warp, lane) = (thread_idx_x() / WARP_SIZE, thread_idx_x() % WARP_SIZE);
+    let col = tile * tile_cols + lane as u64 * P as u64;
+    let first = chunk * args.rows_per_chunk;
+    let end = (first + args.rows_per_chunk).min(args.rows);
+    let rms = args.rms != 0;
+    let (mut dgamma, mut dbeta) = ([0.0f32; P], [0.0f32; P]);
+    // SAFETY (block): every access is a pack of a row < rows at a column < cols.
+    unsafe {
+        let x = DirectLoad(view::<T>(args.input, args.cols));
+        let dy = DirectLoad(view::<T>(args.grad, args.cols));
+        let saved = SavedStats::new(args.mean, args.rstd, args.rms);
+        let mut add = |row: u64, (xs, dys): ([f32; P], [f32; P])| {
+            let stats = saved.get(row);
+            unroll::<P>(|j| {
+                dgamma[j] += dys[j] * stats.normalize(xs[j]);
+                dbeta[j] += dys[j];
+            });
+        };
+        if col < args.cols {
+            // Four rows' loads in flight per lane, then the rest one by one.
+            let step = NORM_PARAM_GRAD_WARPS as u64;
+            let load = |row: u64| (x.load(row, col), dy.load(row, col));
+            let mut row = first + warp as u64;
+            while row + 3 * step < end {
+                let mut loaded = [load(row); 4];
+                unroll::<4>(|u| {
+                    if u > 0 {
+                        loaded[u] = load(row + u as u64 * step);
+                    }
+                });
+                unroll::<4>(|u| add(row + u as u64 * step, loaded[u]));
+                row += 4 * step;
+            }
+            while row < end {
+                add(row, load(row));
+                row += step;
+            }
+        }
+        // Warp w's sums at scratch[(w * 2 + which) * 32 * P + j * 32 + lane].
+        let scratch = dynamic_shared::<f32>();
+        let at =
+            |w: u32, which: usize, j: usize| ((w as usize * 2 + which) * P + j) * WARP_SIZE as usize + lane as usize;
+        unroll::<P>(|j| {
+            scratch.add(at(warp, 0, j)).write(dgamma[j]);
+            scratch.add(at(warp, 1, j)).write(dbeta[j]);
+        });
+        sync_threads();
+        if warp == 0 && col < args.cols {
+            let partial = args.partial as *mut f32;
+            let chunk_at = (chunk * args.cols + col) as usize;
+            let beta_at = (args.chunks * args.cols) as usize;
+            unroll::<P>(|j| {
+                let (mut g, mut b) = (0.0, 0.0);
+                for w in 0..NORM_PARAM_GRAD_WARPS {
+                    g += scratch.add(at(w, 0, j)).read();
+                    b += scratch.add(at(w, 1, j)).read();
+                }
+                partial.add(chunk_at + j).write(g);
+                if !rms {
+                    partial.add(beta_at + chunk_at + j).write(b);
+                }
+            });
+        }
+    }
+}
+
+/// Stage 2: `dgamma[c]` (and `dbeta[c]`) as the sum of the chunks' partial sums, in chunk
+/// order; a thread per column, grid-strided.
+///
+/// # Safety
+/// As [`param_grad`]; dgamma (and dbeta, if not 0) hold `cols` elements of `G`.
+#[inline(always)]
+pub unsafe fn param_grad_sum<G: Scalar>(args: &NormParamGradArgs) {
+    let partial = args.partial as *const f32;
+    let stride = (grid_dim_x() * block_dim_x()) as u64;
+    let mut col = (block_idx_x() * block_dim_x() + thread_idx_x()) as u64;
+    // SAFETY: reads `chunks x cols` partial sums per parameter and writes column `col`.
+    unsafe {
+        let dgamma = DirectStore(view::<G>(args.dgamma, args.cols));
+        let dbeta = (args.dbeta != 0).then(|| DirectStore(view::<G>(args.dbeta, args.cols)));
+        let beta_at = args.chunks * args.cols;
+        while col < args.cols {
+            let (mut g, mut b) = (0.0, 0.0);
+            let mut chunk = 0;
+            while chunk < args.chunks {
+                g += partial.add((chunk * args.cols + col) as usize).read();
+                if dbeta.is_some() {
+                    b += partial.add((beta_at + chunk * args.cols + col) as usize).read();
+                }
+                chunk += 1;
+            }
+            dgamma.store([g], 0, col);
+            if let Some(dbeta) = &dbeta {
+                dbeta.store([b], 0, col);
+            }
+            col += stride;
+        }
+    }
+}

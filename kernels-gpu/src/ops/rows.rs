@@ -17,7 +17,7 @@ use crate::unroll::{unroll, unrolled_array};
 /// every lane runs the same iterations and shuffles never see a lane that left the loop.
 pub(crate) struct WarpRows {
     pub(crate) width: u32,
-    lane: u32,
+    pub(crate) lane: u32,
     rows_per_access: u64,
     warp_first: u64,
     group_offset: u64,
@@ -51,7 +51,14 @@ impl WarpRows {
         (((i / P) as u64) * self.width as u64 + self.lane as u64) * P as u64
     }
 
+    /// Whether row `r` (0 or 1) of the access starting at row `first` exists.
+    #[inline(always)]
+    pub(crate) fn holds<const E: usize>(&self, r: usize, first: u64, rows: u64) -> bool {
+        row_possible::<E>(r) && (r as u64) < self.rows_per_access && first + (r as u64) < rows
+    }
+
     /// Whether element `i` of this lane lies inside a row of `cols` (a multiple of `P`).
+    #[cfg(feature = "norm")]
     #[inline(always)]
     pub(crate) fn in_row<const P: usize>(&self, i: usize, cols: u64) -> bool {
         self.col::<P>(i) < cols
@@ -88,7 +95,7 @@ pub(crate) unsafe fn warp_load<L: Load<P>, const P: usize, const E: usize>(
     let mut buf = [[fill; E]; 2];
     unroll::<2>(|r| {
         let row = first + r as u64;
-        if row_possible::<E>(r) && (r as u64) < at.rows_per_access && row < args.rows {
+        if at.holds::<E>(r, first, args.rows) {
             unroll::<E>(|i| {
                 let col = at.col::<P>(i);
                 if i % P == 0 && col < args.cols {
@@ -113,7 +120,7 @@ pub(crate) unsafe fn warp_store<S: Store<P>, const P: usize, const E: usize>(
 ) {
     unroll::<2>(|r| {
         let row = first + r as u64;
-        if row_possible::<E>(r) && (r as u64) < at.rows_per_access && row < args.rows {
+        if at.holds::<E>(r, first, args.rows) {
             unroll::<E>(|i| {
                 let col = at.col::<P>(i);
                 if i % P == 0 && col < args.cols {

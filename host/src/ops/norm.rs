@@ -1,0 +1,530 @@
+//! LayerNorm and RMSNorm over the last axis, forward and backward, with the fusions a
+//! transformer block needs: residual add before the norm (also writing the sum) and an
+//! output dtype other than the input's.
+//!
+//! ```no_run
+//! use rill::norm::{Forward, Norm, NormKind};
+//! # fn demo(stream: &rill::Stream, x: &rill::Tensor<half::bf16>, w: &rill::Tensor<f32>,
+//! #         y: &mut rill::Tensor<half::bf16>) -> rill::Result<()> {
+//! let plan = Norm::new().forward(stream, NormKind::RmsNorm, 1e-6, Forward::new(x, y).weight(w))?;
+//! println!("{}", plan.describe());
+//! # Ok(()) }
+//! ```
+//!
+//! Inputs are f32, f16 or bf16, computed in f32; the weight and bias are f32 or the input's
+//! dtype; an f32 input may be written as f16 or bf16. The row kernels share softmax's three
+//! paths and dispatch ([`super::rows`]). dweight and dbias are column sums over the rows,
+//! reduced in two deterministic stages (chunk sums into a stream-ordered workspace, then
+//! the chunks in order): no atomics, the same bits every run.
+
+pub use super::rows::dispatch::{Path, PathKind, Plan};
+use super::rows::{RowCall, check_aligned, rows_cols, same_shape};
+use crate::Stream;
+use crate::error::{DriverContext, Error, Result, invalid};
+use crate::launch::{LaunchConfig, grid_stride_blocks, launch};
+use crate::module::PtxModule;
+use crate::tensor::{AsView, AsViewMut, DType, Element, View, ViewMut};
+use cust::memory::DeviceBuffer;
+use rill_kernels_gpu::abi::{NORM_PARAM_GRAD_WARPS, NormArgs, NormParamGradArgs, max_pack};
+use rill_kernels_gpu::{dtype_of, for_each_norm_kernel, for_each_norm_param_grad_kernel, norm_symbol};
+
+/// Which norm: LayerNorm centers and scales, `(x - mean) * rstd * weight + bias`; RMSNorm
+/// only scales, `x * rstd * weight` with `rstd = 1 / sqrt(mean(x^2) + eps)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NormKind {
+    LayerNorm,
+    RmsNorm,
+}
+
+impl NormKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            NormKind::LayerNorm => "layer_norm",
+            NormKind::RmsNorm => "rms_norm",
+        }
+    }
+}
+
+/// The exported symbol of norm row kernel `kind` on `path`, if there is one.
+fn symbol(kind: &str, path: &str, dtypes: (DType, DType, DType), pack: usize) -> Option<&'static str> {
+    macro_rules! find {
+        ($kind:ident $path:ident $code:literal $x:ident $y:ident $param:ident $pack:literal) => {
+            if kind == stringify!($kind)
+                && path == stringify!($path)
+                && dtypes == (dtype_of!($x), dtype_of!($y), dtype_of!($param))
+                && pack == $pack
+            {
+                return Some(norm_symbol!($kind, $path, $x, $y, $param, $pack));
+            }
+        };
+    }
+    for_each_norm_kernel!(find);
+    None
+}
+
+/// The stage-1 (by input dtype and pack) and stage-2 (by parameter dtype) symbols of the
+/// dweight/dbias reduction.
+fn param_grad_symbols(x: DType, pack: usize, param: DType) -> (Option<&'static str>, Option<&'static str>) {
+    let (mut stage1, mut stage2) = (None, None);
+    macro_rules! find1 {
+        ($x:ident $pack:literal) => {
+            if x == dtype_of!($x) && pack == $pack {
+                stage1 = Some(norm_symbol!(param_grad, chunks, $x, f32, f32, $pack));
+            }
+        };
+    }
+    macro_rules! find2 {
+        ($param:ident) => {
+            if param == dtype_of!($param) {
+                stage2 = Some(norm_symbol!(param_grad_sum, columns, f32, f32, $param, 1));
+            }
+        };
+    }
+    for_each_norm_param_grad_kernel!(find1, find2);
+    (stage1, stage2)
+}
+
+/// A forward call: `y = norm(x)` or, with a residual, `sum = x + residual; y = norm(sum)`.
+/// Built with [`Forward::new`] and the optional parts below.
+pub struct Forward<'a, T: Element, U: Element, G: Element> {
+    x: View<'a, T>,
+    y: ViewMut<'a, U>,
+    residual: Option<(View<'a, T>, ViewMut<'a, T>)>,
+    weight: Option<View<'a, G>>,
+    bias: Option<View<'a, G>>,
+    mean: Option<ViewMut<'a, f32>>,
+    rstd: Option<ViewMut<'a, f32>>,
+}
+
+impl<'a, T: Element, U: Element> Forward<'a, T, U, f32> {
+    /// `y = norm(x)`, without weight or bias (give them with [`Forward::weight`] and
+    /// [`Forward::bias`], in f32 or the input's dtype).
+    pub fn new(x: &'a impl AsView<T>, y: &'a mut impl AsViewMut<U>) -> Self {
+        Forward { x: x.as_view(), y: y.as_view_mut(), residual: None, weight: None, bias: None, mean: None, rstd: None }
+    }
+}
+
+impl<'a, T: Element, U: Element, G: Element> Forward<'a, T, U, G> {
+    /// The per-column scale (gamma), `[cols]` of f32 or the input's dtype.
+    pub fn weight<H: Element>(self, weight: &'a impl AsView<H>) -> Forward<'a, T, U, H> {
+        Forward {
+            x: self.x,
+            y: self.y,
+            residual: self.residual,
+            weight: Some(weight.as_view()),
+            bias: None,
+            mean: self.mean,
+            rstd: self.rstd,
+        }
+    }
+
+    /// The per-column shift (beta, LayerNorm only), `[cols]` of the weight's dtype; give
+    /// the weight first.
+    pub fn bias(mut self, bias: &'a impl AsView<G>) -> Self {
+        self.bias = Some(bias.as_view());
+        self
+    }
+
+    /// Normalizes `x + residual` instead of `x`, writing the sum (the residual stream) too.
+    pub fn residual(mut self, residual: &'a impl AsView<T>, sum: &'a mut impl AsViewMut<T>) -> Self {
+        self.residual = Some((residual.as_view(), sum.as_view_mut()));
+        self
+    }
+
+    /// Writes each row's mean (LayerNorm only) and `rstd` (f32, `rows` each) for the backward.
+    pub fn save_mean(mut self, mean: &'a mut impl AsViewMut<f32>) -> Self {
+        self.mean = Some(mean.as_view_mut());
+        self
+    }
+
+    pub fn save_rstd(mut self, rstd: &'a mut impl AsViewMut<f32>) -> Self {
+        self.rstd = Some(rstd.as_view_mut());
+        self
+    }
+}
+
+/// A backward call: `dx` from `x`, `dy` and the forward's statistics; optionally the
+/// weight's and bias's gradients.
+pub struct Backward<'a, T: Element, G: Element> {
+    x: View<'a, T>,
+    dy: View<'a, T>,
+    mean: Option<View<'a, f32>>,
+    rstd: View<'a, f32>,
+    dx: ViewMut<'a, T>,
+    weight: Option<View<'a, G>>,
+    dweight: Option<ViewMut<'a, G>>,
+    dbias: Option<ViewMut<'a, G>>,
+}
+
+impl<'a, T: Element> Backward<'a, T, f32> {
+    /// `dx` of RMSNorm, or of LayerNorm once [`Backward::mean`] gives the mean.
+    pub fn new(
+        x: &'a impl AsView<T>,
+        dy: &'a impl AsView<T>,
+        rstd: &'a impl AsView<f32>,
+        dx: &'a mut impl AsViewMut<T>,
+    ) -> Self {
+        Backward {
+            x: x.as_view(),
+            dy: dy.as_view(),
+            mean: None,
+            rstd: rstd.as_view(),
+            dx: dx.as_view_mut(),
+            weight: None,
+            dweight: None,
+            dbias: None,
+        }
+    }
+}
+
+impl<'a, T: Element, G: Element> Backward<'a, T, G> {
+    /// The forward's per-row mean (LayerNorm).
+    pub fn mean(mut self, mean: &'a impl AsView<f32>) -> Self {
+        self.mean = Some(mean.as_view());
+        self
+    }
+
+    /// The forward's weight, if it had one.
+    pub fn weight<H: Element>(self, weight: &'a impl AsView<H>) -> Backward<'a, T, H> {
+        Backward {
+            x: self.x,
+            dy: self.dy,
+            mean: self.mean,
+            rstd: self.rstd,
+            dx: self.dx,
+            weight: Some(weight.as_view()),
+            dweight: None,
+            dbias: None,
+        }
+    }
+
+    /// Also computes the weight's gradient, `[cols]` of the weight's dtype.
+    pub fn dweight(mut self, dweight: &'a mut impl AsViewMut<G>) -> Self {
+        self.dweight = Some(dweight.as_view_mut());
+        self
+    }
+
+    /// Also computes the bias's gradient (LayerNorm).
+    pub fn dbias(mut self, dbias: &'a mut impl AsViewMut<G>) -> Self {
+        self.dbias = Some(dbias.as_view_mut());
+        self
+    }
+}
+
+/// Norms with a choice of implementation: [`Norm::new`] lets the dispatcher choose.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Norm {
+    force: Option<PathKind>,
+}
+
+/// Checks a `[cols]` parameter vector.
+fn check_column<G: Element>(op: &str, what: &str, v: &View<'_, G>, cols: usize) -> Result<()> {
+    same_shape(op, what, v.shape(), &[cols])?;
+    check_aligned(op, what, v.address(), size_of::<G>() as u64)
+}
+
+/// Checks a per-row f32 array (any shape holding `rows` elements, e.g. `[rows]` or
+/// PyTorch's `[..., 1]`).
+fn check_per_row(op: &str, what: &str, shape: &[usize], address: u64, rows: usize) -> Result<()> {
+    let len: usize = shape.iter().product();
+    if len != rows {
+        invalid!("`{op}`: {what} has shape {shape:?} ({len} elements) but needs one f32 per row ({rows})");
+    }
+    check_aligned(op, what, address, 4)
+}
+
+fn check_eps(op: &str, eps: f32) -> Result<()> {
+    if !(eps.is_finite() && eps >= 0.0) {
+        invalid!("`{op}`: eps must be finite and not negative; got {eps}");
+    }
+    Ok(())
+}
+
+impl Norm {
+    pub fn new() -> Self {
+        Norm::default()
+    }
+
+    /// Runs every row kernel on `path` (an error where the shape does not fit it).
+    pub fn forced(path: PathKind) -> Self {
+        Norm { force: Some(path) }
+    }
+
+    /// Runs a forward call; returns the plan it ran.
+    pub fn forward<T: Element, U: Element, G: Element>(
+        &self,
+        stream: &Stream,
+        kind: NormKind,
+        eps: f32,
+        call: Forward<'_, T, U, G>,
+    ) -> Result<Plan> {
+        let op = match (kind, call.residual.is_some()) {
+            (NormKind::LayerNorm, false) => "layer_norm",
+            (NormKind::RmsNorm, false) => "rms_norm",
+            (NormKind::LayerNorm, true) => "add_layer_norm",
+            (NormKind::RmsNorm, true) => "add_rms_norm",
+        };
+        let (rows, cols) = rows_cols(op, call.x.shape())?;
+        check_eps(op, eps)?;
+        same_shape(op, "the output", call.y.shape(), call.x.shape())?;
+        let dtypes = (T::DTYPE, U::DTYPE, G::DTYPE);
+        let kernel_kind = if call.residual.is_some() { "add_forward" } else { "forward" };
+        if symbol(kernel_kind, "uncached", dtypes, 1).is_none() {
+            return Err(Error::Unsupported(format!(
+                "`{op}` has no kernel for input {}, output {}, weight {}: the output is the input's dtype (or f16/bf16 \
+                 from f32), the weight and bias f32 or the input's dtype",
+                T::DTYPE.name(),
+                U::DTYPE.name(),
+                G::DTYPE.name()
+            )));
+        }
+        let mut arrays = vec![(call.x.address(), size_of::<T>()), (call.y.address(), size_of::<U>())];
+        let mut args = NormArgs {
+            input: call.x.address(),
+            output: call.y.address(),
+            eps,
+            inv_cols: (1.0 / cols as f64) as f32,
+            rms: (kind == NormKind::RmsNorm) as u32,
+            ..NormArgs::default()
+        };
+        if let Some((residual, sum)) = &call.residual {
+            same_shape(op, "the residual", residual.shape(), call.x.shape())?;
+            same_shape(op, "the sum", sum.shape(), call.x.shape())?;
+            arrays.extend([(residual.address(), size_of::<T>()), (sum.address(), size_of::<T>())]);
+            args.second = residual.address();
+            args.sum = sum.address();
+        }
+        if let Some(weight) = &call.weight {
+            check_column(op, "the weight", weight, cols)?;
+            arrays.push((weight.address(), size_of::<G>()));
+            args.gamma = weight.address();
+        }
+        if let Some(bias) = &call.bias {
+            if kind == NormKind::RmsNorm {
+                invalid!("`{op}` has no bias; drop it (RMSNorm only scales)");
+            }
+            check_column(op, "the bias", bias, cols)?;
+            arrays.push((bias.address(), size_of::<G>()));
+            args.beta = bias.address();
+        }
+        if let Some(mean) = &call.mean {
+            if kind == NormKind::RmsNorm {
+                invalid!("`{op}` computes no mean; save only rstd");
+            }
+            check_per_row(op, "the mean", mean.shape(), mean.address(), rows)?;
+            args.mean = mean.address();
+        }
+        if let Some(rstd) = &call.rstd {
+            check_per_row(op, "rstd", rstd.shape(), rstd.address(), rows)?;
+            args.rstd = rstd.address();
+        }
+        let symbol = |path: &str, pack: usize| symbol(kernel_kind, path, dtypes, pack);
+        RowCall {
+            op,
+            module: PtxModule::Norm,
+            symbol: &symbol,
+            widest: max_pack(size_of::<T>(), size_of::<U>()),
+            rows,
+            cols,
+            arrays,
+            args,
+            cached_arrays: 1,
+            force: self.force,
+            stream,
+        }
+        .run()
+    }
+
+    /// Runs a backward call: `dx`, then dweight and dbias if asked. Returns the plan of
+    /// the `dx` kernel.
+    pub fn backward<T: Element, G: Element>(
+        &self,
+        stream: &Stream,
+        kind: NormKind,
+        call: Backward<'_, T, G>,
+    ) -> Result<Plan> {
+        let op = match kind {
+            NormKind::LayerNorm => "layer_norm_backward",
+            NormKind::RmsNorm => "rms_norm_backward",
+        };
+        let (rows, cols) = rows_cols(op, call.x.shape())?;
+        same_shape(op, "dy", call.dy.shape(), call.x.shape())?;
+        same_shape(op, "dx", call.dx.shape(), call.x.shape())?;
+        let dtypes = (T::DTYPE, T::DTYPE, G::DTYPE);
+        if symbol("backward", "uncached", dtypes, 1).is_none() {
+            return Err(Error::Unsupported(format!(
+                "`{op}` has no kernel for input {} with weight {}: the weight is f32 or the input's dtype",
+                T::DTYPE.name(),
+                G::DTYPE.name()
+            )));
+        }
+        check_per_row(op, "rstd", call.rstd.shape(), call.rstd.address(), rows)?;
+        let mut args = NormArgs {
+            input: call.x.address(),
+            second: call.dy.address(),
+            output: call.dx.address(),
+            rstd: call.rstd.address(),
+            inv_cols: (1.0 / cols as f64) as f32,
+            rms: (kind == NormKind::RmsNorm) as u32,
+            ..NormArgs::default()
+        };
+        match (kind, &call.mean) {
+            (NormKind::LayerNorm, Some(mean)) => {
+                check_per_row(op, "the mean", mean.shape(), mean.address(), rows)?;
+                args.mean = mean.address();
+            }
+            (NormKind::LayerNorm, None) => invalid!("`{op}` needs the forward's per-row mean"),
+            (NormKind::RmsNorm, Some(_)) => invalid!("`{op}` takes no mean (RMSNorm does not center)"),
+            (NormKind::RmsNorm, None) => {}
+        }
+        let mut arrays = vec![
+            (call.x.address(), size_of::<T>()),
+            (call.dy.address(), size_of::<T>()),
+            (call.dx.address(), size_of::<T>()),
+        ];
+        if let Some(weight) = &call.weight {
+            check_column(op, "the weight", weight, cols)?;
+            arrays.push((weight.address(), size_of::<G>()));
+            args.gamma = weight.address();
+        }
+        if call.dbias.is_some() && kind == NormKind::RmsNorm {
+            invalid!("`{op}` has no bias to differentiate");
+        }
+        for (what, grad) in [("dweight", &call.dweight), ("dbias", &call.dbias)] {
+            if let Some(grad) = grad {
+                same_shape(op, what, grad.shape(), &[cols])?;
+                check_aligned(op, what, grad.address(), size_of::<G>() as u64)?;
+            }
+        }
+        let symbol = |path: &str, pack: usize| symbol("backward", path, dtypes, pack);
+        let plan = RowCall {
+            op,
+            module: PtxModule::Norm,
+            symbol: &symbol,
+            widest: max_pack(size_of::<T>(), size_of::<T>()),
+            rows,
+            cols,
+            arrays,
+            args,
+            cached_arrays: 2,
+            force: self.force,
+            stream,
+        }
+        .run()?;
+        if call.dweight.is_some() || call.dbias.is_some() {
+            let grad_args = NormParamGradArgs {
+                rows: rows as u64,
+                cols: cols as u64,
+                input: args.input,
+                grad: args.second,
+                mean: args.mean,
+                rstd: args.rstd,
+                dgamma: call.dweight.as_ref().map_or(0, |g| g.address()),
+                dbeta: call.dbias.as_ref().map_or(0, |b| b.address()),
+                rms: args.rms,
+                ..NormParamGradArgs::default()
+            };
+            // x and dy passed the row kernel's pack check, so its pack serves stage 1.
+            param_grads::<T, G>(stream, op, grad_args, plan.pack)?;
+        }
+        Ok(plan)
+    }
+}
+
+/// How stage 1 of the parameter gradients splits the rows: enough blocks for two waves,
+/// chunks of at least 32 rows (the partial sums stay small beside the input).
+pub fn param_grad_chunks(rows: usize, cols: usize, pack: usize, multiprocessors: u32) -> (u64, u64) {
+    let tiles = cols.div_ceil(32 * pack) as u64;
+    let resident = multiprocessors as u64 * (2048 / (NORM_PARAM_GRAD_WARPS as u64 * 32));
+    let max_chunks = (rows as u64 / 32).max(1);
+    let chunks = (2 * resident / tiles).clamp(1, max_chunks);
+    let rows_per_chunk = (rows as u64).div_ceil(chunks);
+    (rows_per_chunk, (rows as u64).div_ceil(rows_per_chunk))
+}
+
+/// dweight (and dbias): stage 1 writes chunk sums to a stream-ordered workspace, stage 2
+/// adds them in chunk order.
+fn param_grads<T: Element, G: Element>(
+    stream: &Stream,
+    op: &str,
+    mut args: NormParamGradArgs,
+    pack: usize,
+) -> Result<()> {
+    let (Some(stage1), Some(stage2)) = param_grad_symbols(T::DTYPE, pack, G::DTYPE) else {
+        return Err(Error::Unsupported(format!("`{op}`: no parameter-gradient kernel for {}", T::DTYPE.name())));
+    };
+    let gpu = stream.gpu();
+    let device = gpu.info();
+    let (rows, cols) = (args.rows as usize, args.cols as usize);
+    (args.rows_per_chunk, args.chunks) = param_grad_chunks(rows, cols, pack, device.multiprocessors);
+    let stage1 = gpu.modules().kernel(PtxModule::Norm, stage1)?;
+    let stage2 = gpu.modules().kernel(PtxModule::Norm, stage2)?;
+    let partial_len = 2 * args.chunks as usize * cols;
+    // SAFETY: stage 1 writes every partial sum stage 2 reads, before it on the same stream.
+    let partial =
+        unsafe { DeviceBuffer::<f32>::uninitialized_async(partial_len, stream.raw()) }.during("cuMemAllocAsync")?;
+    args.partial = partial.as_device_ptr().as_raw();
+    let block = NORM_PARAM_GRAD_WARPS * 32;
+    let tiles = cols.div_ceil(32 * pack) as u32;
+    let stage1_config = LaunchConfig {
+        grid: tiles * args.chunks as u32,
+        block,
+        shared_bytes: (2 * pack * block as usize * size_of::<f32>()) as u32,
+    };
+    let stage2_config =
+        LaunchConfig { grid: grid_stride_blocks(cols as u64, 256, device), block: 256, shared_bytes: 0 };
+    // SAFETY: the caller checked x and dy (rows x cols, aligned to `pack`), mean and rstd
+    // (rows), dweight and dbias (cols); the partial buffer holds 2 x chunks x cols; the grid
+    // is tiles x chunks blocks of the warps stage 1 expects, with its shared memory.
+    let launched = unsafe {
+        launch(stream, stage1, stage1_config, &args).and_then(|()| launch(stream, stage2, stage2_config, &args))
+    };
+    partial.drop_async(stream.raw()).during("cuMemFreeAsync")?;
+    launched
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_path_and_dtype_triple_has_a_kernel() {
+        let (f32_, f16_, bf16_) = (DType::F32, DType::F16, DType::BF16);
+        let forward = [
+            (f32_, f32_, f32_),
+            (f16_, f16_, f16_),
+            (f16_, f16_, f32_),
+            (bf16_, bf16_, bf16_),
+            (bf16_, bf16_, f32_),
+            (f32_, f16_, f32_),
+            (f32_, bf16_, f32_),
+        ];
+        for path in ["warp8", "warp16", "warp32", "shared", "uncached"] {
+            for dtypes in forward {
+                let pack = max_pack(dtypes.0.size(), dtypes.1.size());
+                for kind in ["forward", "add_forward"] {
+                    assert!(symbol(kind, path, dtypes, pack).is_some(), "{kind} {path} {dtypes:?}");
+                    assert!(symbol(kind, path, dtypes, 1).is_some());
+                }
+                let backward = symbol("backward", path, dtypes, pack).is_some();
+                assert_eq!(backward, dtypes.0 == dtypes.1, "{path} {dtypes:?}");
+            }
+        }
+        assert!(symbol("forward", "warp8", (f16_, f32_, f32_), 8).is_none());
+        for (x, pack) in [(f32_, 4), (f16_, 8), (bf16_, 8)] {
+            for param in [f32_, f16_, bf16_] {
+                let (one, two) = param_grad_symbols(x, pack, param);
+                assert!(one.is_some() && two.is_some() && param_grad_symbols(x, 1, param).0.is_some());
+            }
+        }
+    }
+
+    #[test]
+    fn param_grad_chunks_cover_the_rows_in_chunks_of_at_least_32() {
+        for (rows, cols, pack) in [(49152, 4096, 8), (49152, 128, 8), (1, 1, 1), (33, 5, 1), (4096, 65536, 4)] {
+            let (per_chunk, chunks) = param_grad_chunks(rows, cols, pack, 132);
+            assert!(per_chunk * chunks >= rows as u64 && per_chunk * (chunks - 1) < rows as u64);
+            assert!(per_chunk >= 32 || chunks == 1, "{rows} {cols}: {per_chunk} x {chunks}");
+        }
+    }
+}
