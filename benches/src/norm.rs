@@ -49,8 +49,11 @@ pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
         let host: Vec<T> = (0..len).map(|_| T::from_f64(rng.uniform(-4.0, 4.0))).collect();
         let params: Vec<T> = (0..cols).map(|_| T::from_f64(rng.uniform(0.5, 1.5))).collect();
         let tensor = |data: &[T], shape: &[usize]| Tensor::from_slice(&gpu, data, shape);
-        // Per set: x (also the residual and dy), and the outputs y and sum (also dx).
-        let inputs: Vec<Tensor<T>> = (0..sets).map(|_| tensor(&host, &[rows, cols])).collect::<rill::Result<_>>()?;
+        // Per set: x and a second input (the residual, or dy), and the outputs y and sum
+        // (also dx). Distinct buffers, so no read is served from cache.
+        let inputs: Vec<[Tensor<T>; 2]> = (0..sets)
+            .map(|_| Ok([tensor(&host, &[rows, cols])?, tensor(&host, &[rows, cols])?]))
+            .collect::<rill::Result<_>>()?;
         let zeros =
             || -> rill::Result<Vec<Tensor<T>>> { (0..sets).map(|_| Tensor::zeros(&gpu, &[rows, cols])).collect() };
         let (mut ys, mut sums) = (zeros()?, zeros()?);
@@ -64,11 +67,12 @@ pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
             &bench.stream,
             NormKind::LayerNorm,
             1e-5,
-            Forward::new(&inputs[0], &mut ys[0]).save_mean(&mut mean).save_rstd(&mut rstd),
+            Forward::new(&inputs[0][0], &mut ys[0]).save_mean(&mut mean).save_rstd(&mut rstd),
         )?;
 
         let copy_bytes = 2 * len * size;
-        let copy_us = bench.median_micros(sets, copy_bytes, |stream, s| rill::copy(stream, &inputs[s], &mut ys[s]))?;
+        let copy_us =
+            bench.median_micros(sets, copy_bytes, |stream, s| rill::copy(stream, &inputs[s][0], &mut ys[s]))?;
         let copy = bench.record("copy", dtype, &[rows, cols], "-", copy_bytes, copy_us, None);
 
         for &&(op, arrays) in &ops {
@@ -77,7 +81,7 @@ pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
             let bytes = arrays * len * size + params_bytes + rows * 8;
             let mut plan: Option<Plan> = None;
             let micros = bench.median_micros(sets, bytes, |stream, s| {
-                let (x, y, sum) = (&inputs[s], &mut ys[s], &mut sums[s]);
+                let ([x, second], y, sum) = (&inputs[s], &mut ys[s], &mut sums[s]);
                 plan = Some(match (op, kind) {
                     ("layer_norm", _) => norm.forward(
                         stream,
@@ -95,7 +99,7 @@ pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
                         Forward::new(x, y)
                             .weight(&weight)
                             .bias(&bias)
-                            .residual(x, sum)
+                            .residual(second, sum)
                             .save_mean(&mut mean)
                             .save_rstd(&mut rstd),
                     )?,
@@ -103,10 +107,10 @@ pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
                         stream,
                         kind,
                         1e-6,
-                        Forward::new(x, y).weight(&weight).residual(x, sum).save_rstd(&mut rstd),
+                        Forward::new(x, y).weight(&weight).residual(second, sum).save_rstd(&mut rstd),
                     )?,
                     (_, NormKind::LayerNorm) => {
-                        let call = Backward::new(x, x, &rstd, sum).mean(&mean).weight(&weight);
+                        let call = Backward::new(x, second, &rstd, sum).mean(&mean).weight(&weight);
                         if op.ends_with("+params") {
                             norm.backward(stream, kind, call.dweight(&mut dweight).dbias(&mut dbias))?
                         } else {
@@ -114,7 +118,7 @@ pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
                         }
                     }
                     (_, NormKind::RmsNorm) => {
-                        let call = Backward::new(x, x, &rstd, sum).weight(&weight);
+                        let call = Backward::new(x, second, &rstd, sum).weight(&weight);
                         if op.ends_with("+params") {
                             norm.backward(stream, kind, call.dweight(&mut dweight))?
                         } else {

@@ -118,10 +118,11 @@ impl PtxBuild {
             .arg(&target_dir)
             .args(["--config", "profile.release.panic=\"abort\""])
             // Kernels are built from small generic pieces and closures that must all inline
-            // (an outlined piece turns register arrays into local memory).
+            // (an outlined piece turns register arrays into local memory). PTX ISA 7.8 (CUDA
+            // 11.8) for the L1 eviction hints of the streaming loads.
             .env(
                 "CARGO_ENCODED_RUSTFLAGS",
-                format!("-Ctarget-cpu={}\x1f-Cllvm-args=-inline-threshold=5000", self.arch),
+                format!("-Ctarget-cpu={}\x1f-Ctarget-feature=+ptx78\x1f-Cllvm-args=-inline-threshold=5000", self.arch),
             );
         let status = cargo.status().map_err(|error| BuildError::Spawn { program: "cargo", error })?;
         if !status.success() {

@@ -18,6 +18,8 @@ pub struct DeviceInfo {
     pub max_threads_per_multiprocessor: u32,
     /// Shared memory a block may use once its kernel opts in.
     pub max_shared_bytes_per_block_optin: u32,
+    /// Shared memory of one SM (carved out of the same storage as its L1 cache).
+    pub max_shared_bytes_per_multiprocessor: u32,
     pub l2_bytes: u32,
 }
 
@@ -51,6 +53,7 @@ impl Gpu {
             multiprocessors: attribute(DeviceAttribute::MultiprocessorCount)?,
             max_threads_per_multiprocessor: attribute(DeviceAttribute::MaxThreadsPerMultiprocessor)?,
             max_shared_bytes_per_block_optin: shared_memory_per_block_optin(device)?,
+            max_shared_bytes_per_multiprocessor: attribute(DeviceAttribute::MaxSharedMemoryPerMultiprocessor)?,
             l2_bytes: attribute(DeviceAttribute::L2CacheSize)?,
         };
         Ok(Gpu { inner: Arc::new(GpuInner { info, modules: Modules::default(), context }) })

@@ -67,6 +67,7 @@ pub(crate) mod tests {
             multiprocessors: 132,
             max_threads_per_multiprocessor: 2048,
             max_shared_bytes_per_block_optin: 227 * 1024,
+            max_shared_bytes_per_multiprocessor: 228 * 1024,
             l2_bytes: 50 << 20,
         }
     }

@@ -76,6 +76,14 @@ impl Kernel {
         unsafe { cuFuncSetAttribute(self.function, attribute, bytes as i32).during("cuFuncSetAttribute") }
     }
 
+    /// Asks for `percent` of the SM's shared-memory capacity as shared memory, the rest as
+    /// L1 cache (a preference the driver may round).
+    pub(crate) fn prefer_shared_carveout(self, percent: u32) -> Result<()> {
+        let attribute = CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT;
+        // SAFETY: sets an attribute of a loaded function.
+        unsafe { cuFuncSetAttribute(self.function, attribute, percent.min(100) as i32).during("cuFuncSetAttribute") }
+    }
+
     /// Blocks of `block` threads and `shared_bytes` of dynamic shared memory the kernel keeps
     /// resident per multiprocessor (the occupancy API).
     pub(crate) fn blocks_per_multiprocessor(self, block: u32, shared_bytes: u32) -> Result<u32> {

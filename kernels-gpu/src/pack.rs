@@ -6,7 +6,7 @@
 //! op (a scale, a mask, a residual add, a cast) is a new functor, not a new kernel.
 
 use crate::abi::PACK_BYTES;
-use crate::arch::{GlobalAddr, load_global_nc, store_global};
+use crate::arch::{GlobalAddr, load_global_nc, load_global_stream, store_global};
 use crate::scalar::Scalar;
 use crate::unroll::{unroll, unrolled_array};
 use core::marker::PhantomData;
@@ -37,6 +37,18 @@ impl<T: Scalar, const N: usize> Pack<T, N> {
     pub unsafe fn load(base: GlobalAddr, index: u64) -> Self {
         // SAFETY: forwarded to the caller.
         let words = unsafe { load_global_nc(base.offset(index * Self::BYTES as u64), Self::BYTES) };
+        Pack { words, _element: PhantomData }
+    }
+
+    /// As [`Pack::load`], without allocating in L1 (for rows read once beside data that is
+    /// re-read, such as a norm's gamma and beta).
+    ///
+    /// # Safety
+    /// As [`Pack::load`].
+    #[inline(always)]
+    pub unsafe fn load_streaming(base: GlobalAddr, index: u64) -> Self {
+        // SAFETY: forwarded to the caller.
+        let words = unsafe { load_global_stream(base.offset(index * Self::BYTES as u64), Self::BYTES) };
         Pack { words, _element: PhantomData }
     }
 
@@ -132,6 +144,13 @@ impl<T: Scalar> RowMajor<T> {
 #[derive(Clone, Copy)]
 pub struct DirectLoad<T>(pub RowMajor<T>);
 
+/// Loads straight from a [`RowMajor`] view read once beside re-read data (a norm's gamma
+/// and beta): f32 rows bypass L1 ([`Pack::load_streaming`]), so the re-read data stays
+/// there. Measured on the H100 (49152 x 8192 LayerNorm): f32 62% -> 81% of copy; 16-bit
+/// rows lost 3-5% that way, so they load as [`DirectLoad`] does.
+#[derive(Clone, Copy)]
+pub struct StreamLoad<T>(pub RowMajor<T>);
+
 /// Stores straight into a [`RowMajor`] view.
 #[derive(Clone, Copy)]
 pub struct DirectStore<T>(pub RowMajor<T>);
@@ -141,6 +160,22 @@ impl<T: Scalar, const N: usize> Load<N> for DirectLoad<T> {
     unsafe fn load(&self, row: u64, col: u64) -> [f32; N] {
         // SAFETY: forwarded to the caller.
         let pack = unsafe { Pack::<T, N>::load(self.0.base, self.0.pack_index::<N>(row, col)) };
+        unrolled_array(|lane| pack.get(lane).to_f32())
+    }
+}
+
+impl<T: Scalar, const N: usize> Load<N> for StreamLoad<T> {
+    #[inline(always)]
+    unsafe fn load(&self, row: u64, col: u64) -> [f32; N] {
+        // SAFETY: forwarded to the caller.
+        let index = self.0.pack_index::<N>(row, col);
+        let pack = unsafe {
+            if T::BYTES == 4 {
+                Pack::<T, N>::load_streaming(self.0.base, index)
+            } else {
+                Pack::<T, N>::load(self.0.base, index)
+            }
+        };
         unrolled_array(|lane| pack.get(lane).to_f32())
     }
 }

@@ -9,16 +9,21 @@
 //! Flags are named after the op's arguments in PyTorch (`torch.add(input, other)`,
 //! `torch.addcmul(input, tensor1, tensor2)`, `gelu(input, approximate=...)`,
 //! `Tensor.to(dtype)`, `softmax(input, dim)`, `cross_entropy(input, target, reduction,
-//! ignore_index)`, `grad_output` for backward ops); `--flag value` and `--flag=value` both
-//! work, and `--output` always names the file written. The element type comes from the float
+//! ignore_index)`, `layer_norm(input, normalized_shape, weight, bias, eps)`, `grad_output`
+//! for backward ops); `--flag value` and `--flag=value` both work, and `--output` always
+//! names the file written (the norms write more with `--output-mean`, `--output-rstd`,
+//! `--output-sum`, `--grad-weight` and `--grad-bias`). The element type comes from the float
 //! input files, which must all be `float32` or all `float16`; the output has the shape of
 //! `--input` and is written in its dtype (`to` writes `--dtype`; `cross_entropy` writes
 //! float32 per-row losses). `--target` holds int64 class indices; `cross_entropy_backward`'s
-//! `--grad-output` is float32. `--verbose`, anywhere, prints the implementation chosen.
+//! `--grad-output` is float32, as are the norms' per-row `--mean` and `--rstd`; the norms'
+//! `--weight` and `--bias` are float32 or the input's dtype. `--verbose`, anywhere, prints
+//! the implementation chosen.
 //!
 //! Exit status: 0 on success, 1 when the op or the device fails, 2 for bad arguments.
 
 use half::f16;
+use rill::norm::{Backward, Forward, Norm, NormKind, Plan};
 use rill::npy::{self, NpyArray, NpyData};
 use rill::{Element, Gpu, Stream, Tensor, elementwise, softmax};
 use std::path::PathBuf;
@@ -31,8 +36,11 @@ enum Holds {
     Float,
     /// int64 class indices (`int32` files are widened when read).
     Indices,
-    /// float32 whatever the op's element type (per-row loss gradients).
+    /// float32 whatever the op's element type (per-row loss gradients, a norm's statistics).
     Float32,
+    /// float32 or the op's element type (a norm's weight and bias); does not set the
+    /// element type.
+    Param,
 }
 
 const fn float(flag: &'static str) -> (&'static str, Holds) {
@@ -44,7 +52,8 @@ struct Op {
     name: &'static str,
     /// Flags naming input files, `input` first, with what each holds.
     files: &'static [(&'static str, Holds)],
-    /// Flags taking some other value, each with how the help shows it.
+    /// Flags taking some other value, each with how the help shows it: options, optional
+    /// input files ([`OPTIONAL_FILES`]) and extra output files.
     options: &'static [(&'static str, &'static str)],
     summary: &'static str,
 }
@@ -54,6 +63,20 @@ const SCALE: (&str, &str) = ("scale", "--scale S");
 const REDUCTION: (&str, &str) = ("reduction", "[--reduction none]");
 const IGNORE_INDEX: (&str, &str) = ("ignore-index", "[--ignore-index -100]");
 const TARGET: (&str, Holds) = ("target", Holds::Indices);
+const NORMALIZED_SHAPE: (&str, &str) = ("normalized-shape", "[--normalized-shape N]");
+const WEIGHT: (&str, &str) = ("weight", "[--weight FILE]");
+const BIAS: (&str, &str) = ("bias", "[--bias FILE]");
+const OUTPUT_MEAN: (&str, &str) = ("output-mean", "[--output-mean FILE]");
+const OUTPUT_RSTD: (&str, &str) = ("output-rstd", "[--output-rstd FILE]");
+const OUTPUT_SUM: (&str, &str) = ("output-sum", "[--output-sum FILE]");
+const GRAD_WEIGHT: (&str, &str) = ("grad-weight", "[--grad-weight FILE]");
+const GRAD_BIAS: (&str, &str) = ("grad-bias", "[--grad-bias FILE]");
+const RESIDUAL: (&str, Holds) = ("residual", Holds::Float);
+const MEAN: (&str, Holds) = ("mean", Holds::Float32);
+const RSTD: (&str, Holds) = ("rstd", Holds::Float32);
+
+/// Input files an op may take among its options, read when given.
+const OPTIONAL_FILES: &[(&str, Holds)] = &[("weight", Holds::Param), ("bias", Holds::Param)];
 
 const OPS: &[Op] = &[
     Op { name: "relu", files: &[float("input")], options: &[], summary: "max(input, 0)" },
@@ -124,6 +147,42 @@ const OPS: &[Op] = &[
         files: &[float("input"), TARGET, ("grad-output", Holds::Float32)],
         options: &[REDUCTION, IGNORE_INDEX],
         summary: "gradient of cross_entropy wrt input, from the loss gradient",
+    },
+    Op {
+        name: "layer_norm",
+        files: &[float("input")],
+        options: &[NORMALIZED_SHAPE, WEIGHT, BIAS, ("eps", "[--eps 1e-5]"), OUTPUT_MEAN, OUTPUT_RSTD],
+        summary: "(input - mean) * rstd * weight + bias over the last axis",
+    },
+    Op {
+        name: "rms_norm",
+        files: &[float("input")],
+        options: &[NORMALIZED_SHAPE, WEIGHT, ("eps", "[--eps 1e-6]"), OUTPUT_RSTD],
+        summary: "input * rstd * weight over the last axis, rstd = 1 / sqrt(mean(input^2) + eps)",
+    },
+    Op {
+        name: "add_layer_norm",
+        files: &[float("input"), RESIDUAL],
+        options: &[NORMALIZED_SHAPE, WEIGHT, BIAS, ("eps", "[--eps 1e-5]"), OUTPUT_SUM, OUTPUT_MEAN, OUTPUT_RSTD],
+        summary: "layer_norm(input + residual), also writing the sum (--output-sum)",
+    },
+    Op {
+        name: "add_rms_norm",
+        files: &[float("input"), RESIDUAL],
+        options: &[NORMALIZED_SHAPE, WEIGHT, ("eps", "[--eps 1e-6]"), OUTPUT_SUM, OUTPUT_RSTD],
+        summary: "rms_norm(input + residual), also writing the sum (--output-sum)",
+    },
+    Op {
+        name: "layer_norm_backward",
+        files: &[float("input"), float("grad-output"), MEAN, RSTD],
+        options: &[NORMALIZED_SHAPE, WEIGHT, GRAD_WEIGHT, GRAD_BIAS],
+        summary: "gradient of layer_norm wrt input (and weight, bias) from the forward's input and statistics",
+    },
+    Op {
+        name: "rms_norm_backward",
+        files: &[float("input"), float("grad-output"), RSTD],
+        options: &[NORMALIZED_SHAPE, WEIGHT, GRAD_WEIGHT],
+        summary: "gradient of rms_norm wrt input (and weight) from the forward's input and rstd",
     },
 ];
 
@@ -209,7 +268,18 @@ fn help() -> String {
          int64) of shape [rows]; rows whose target is -100 are ignored (loss 0, gradient 0),\n\
          the only ignore index the kernels support. --reduction none is the only reduction\n\
          (PyTorch's reduction='none'). cross_entropy_backward's --grad-output is float32 of\n\
-         shape [rows]; it writes a gradient of --input's shape and dtype.\n",
+         shape [rows]; it writes a gradient of --input's shape and dtype.\n\n\
+         The norms normalize the last axis: --normalized-shape, if given, must be its length N\n\
+         (N or [N]). --weight and --bias are [N], float32 or --input's dtype (the same for both).\n\
+         --eps defaults to 1e-5 for the layer norms and 1e-6 for the RMS norms (PyTorch's\n\
+         rms_norm defaults to the dtype's epsilon: pass --eps to match it). --output-mean and\n\
+         --output-rstd write the per-row float32 statistics, of --input's shape with the last\n\
+         dimension 1 (as torch.native_layer_norm); the backward ops read them as --mean and\n\
+         --rstd (any shape holding one value per row), with the forward's --input and --weight.\n\
+         add_layer_norm and add_rms_norm normalize input + residual and write that sum with\n\
+         --output-sum. A backward's --output is the gradient of --input; --grad-weight (which\n\
+         needs --weight) and --grad-bias write [N] gradients in the weight's dtype (float32\n\
+         without --weight).\n",
     );
     text
 }
@@ -250,6 +320,11 @@ impl Invocation {
                 "masked_softmax" => "; use `scaled_masked_softmax --scale 1`",
                 "causal_softmax" => "; use `scaled_causal_softmax --scale 1`",
                 "nll_loss" | "cross_entropy_loss" => "; use `cross_entropy --input logits --target t`",
+                "native_layer_norm" => "; use `layer_norm --output-mean m.npy --output-rstd r.npy`",
+                "native_layer_norm_backward" => "; use `layer_norm_backward --mean m.npy --rstd r.npy`",
+                "layernorm" | "rmsnorm" | "fused_add_rms_norm" => {
+                    "; the norms are layer_norm, rms_norm, add_layer_norm and add_rms_norm"
+                }
                 _ => "",
             };
             return Err(usage(format!("unknown op {name:?}{hint}; the ops are {}", op_names())));
@@ -361,6 +436,20 @@ impl Invocation {
                 self.check_loss_options()?;
                 Kernel::CrossEntropyBackward
             }
+            "layer_norm" => self.norm(NormKind::LayerNorm, false)?,
+            "rms_norm" => self.norm(NormKind::RmsNorm, false)?,
+            "add_layer_norm" => self.norm(NormKind::LayerNorm, true)?,
+            "add_rms_norm" => self.norm(NormKind::RmsNorm, true)?,
+            "layer_norm_backward" | "rms_norm_backward" => {
+                if self.get("grad-weight").is_some() && self.get("weight").is_none() {
+                    return Err(usage(format!(
+                        "{}'s --grad-weight needs --weight, the forward's weight",
+                        self.op.name
+                    )));
+                }
+                let kind = if self.op.name == "layer_norm_backward" { NormKind::LayerNorm } else { NormKind::RmsNorm };
+                Kernel::NormBackward(kind)
+            }
             other => return Err(usage(format!("op {other:?} has no kernel"))),
         })
     }
@@ -380,6 +469,43 @@ impl Invocation {
         match value.parse::<f32>() {
             Ok(scale) if scale.is_finite() => Ok(scale),
             _ => Err(usage(format!("--scale must be a finite number, not {value:?}"))),
+        }
+    }
+
+    /// A norm forward, with `--eps` (PyTorch's layer_norm default, 1e-5, or 1e-6 for RMSNorm).
+    fn norm(&self, kind: NormKind, residual: bool) -> Result<Kernel, Failure> {
+        let eps = match self.get("eps") {
+            None if kind == NormKind::LayerNorm => 1e-5,
+            None => 1e-6,
+            Some(value) => match value.parse::<f32>() {
+                Ok(eps) if eps.is_finite() && eps >= 0.0 => eps,
+                _ => return Err(usage(format!("--eps must be a finite number >= 0, not {value:?}"))),
+            },
+        };
+        Ok(Kernel::Norm { kind, residual, eps })
+    }
+
+    /// `--normalized-shape`, if given, must be the last dimension of `shape` (`N`, `[N]` or
+    /// `(N,)`): the norms normalize the last axis only.
+    fn check_normalized_shape(&self, shape: &[usize]) -> Result<(), Failure> {
+        let Some(value) = self.get("normalized-shape") else {
+            return Ok(());
+        };
+        let dims: Vec<&str> =
+            value.trim_matches(|c| matches!(c, '[' | ']' | '(' | ')')).split(',').map(str::trim).collect();
+        let dims: Vec<&str> = dims.into_iter().filter(|d| !d.is_empty()).collect();
+        let Ok(dims) = dims.iter().map(|d| d.parse::<usize>()).collect::<Result<Vec<_>, _>>() else {
+            return Err(usage(format!(
+                "--normalized-shape must be a list of sizes like 4096 or [4096], not {value:?}"
+            )));
+        };
+        match (dims.as_slice(), shape.last()) {
+            ([n], Some(last)) if n == last => Ok(()),
+            (_, Some(last)) => Err(usage(format!(
+                "--normalized-shape {value} does not fit --input of shape {shape:?}: rill normalizes the last axis \
+                 only, so it must be [{last}]"
+            ))),
+            (_, None) => Err(usage(format!("{} needs an --input of at least one dimension", self.op.name))),
         }
     }
 
@@ -440,6 +566,8 @@ enum Kernel {
     ScaledCausalSoftmax(f32),
     CrossEntropy,
     CrossEntropyBackward,
+    Norm { kind: NormKind, residual: bool, eps: f32 },
+    NormBackward(NormKind),
 }
 
 /// An input file, read.
@@ -455,13 +583,20 @@ struct Ran {
     shape: Vec<usize>,
     data: NpyData,
     how: String,
+    /// Further outputs (a norm's statistics, sum and parameter gradients): the flag naming
+    /// the file, the shape and the data.
+    extra: Vec<(&'static str, Vec<usize>, NpyData)>,
 }
+
+/// The flags naming further output files, written when given.
+const EXTRA_OUTPUTS: &[&str] = &["output-mean", "output-rstd", "output-sum", "grad-weight", "grad-bias"];
 
 fn run(invocation: &Invocation, verbose: bool) -> Result<(), Failure> {
     let kernel = invocation.kernel()?;
     let dim = invocation.dim()?;
     let mut inputs = Vec::new();
-    for &(flag, holds) in invocation.op.files {
+    let optional = OPTIONAL_FILES.iter().filter(|(flag, _)| invocation.get(flag).is_some());
+    for &(flag, holds) in invocation.op.files.iter().chain(optional) {
         let path = invocation.get(flag).unwrap_or_default();
         let array = npy::read(path.as_ref())?;
         inputs.push(Input { flag, holds, path: path.to_string(), array });
@@ -471,16 +606,22 @@ fn run(invocation: &Invocation, verbose: bool) -> Result<(), Failure> {
         rill::Error::InvalidInput(message) => usage(message),
         other => other.into(),
     })?;
+    invocation.check_normalized_shape(&inputs[0].array.shape)?;
+    let extra: Vec<&'static str> =
+        EXTRA_OUTPUTS.iter().copied().filter(|flag| invocation.get(flag).is_some()).collect();
 
     let gpu = Gpu::new(0).map_err(|err| Failure::Runtime(format!("no CUDA device: {err}")))?;
     let ran = match dtype {
-        Dtype::F32 => execute::<f32>(&gpu, kernel, &inputs)?,
-        Dtype::F16 => execute::<f16>(&gpu, kernel, &inputs)?,
+        Dtype::F32 => execute::<f32>(&gpu, kernel, &inputs, &extra)?,
+        Dtype::F16 => execute::<f16>(&gpu, kernel, &inputs, &extra)?,
     };
     if verbose {
         eprintln!("{} on {}: {}", invocation.op.name, gpu.info().name, ran.how);
     }
     npy::write(&invocation.output, &ran.shape, ran.data.as_ref())?;
+    for (flag, shape, data) in &ran.extra {
+        npy::write(invocation.get(flag).unwrap_or_default().as_ref(), shape, data.as_ref())?;
+    }
     Ok(())
 }
 
@@ -496,7 +637,9 @@ fn check_dtypes(op: &Op, inputs: &[Input]) -> Result<Dtype, Failure> {
             (Holds::Float, NpyData::F32(_)) => floats.push((input, Dtype::F32)),
             (Holds::Float, NpyData::F16(_)) => floats.push((input, Dtype::F16)),
             (Holds::Float, _) => return Err(wrong(input, "rill ops take float32 or float16 arrays")),
-            (Holds::Indices, NpyData::I64(_)) | (Holds::Float32, NpyData::F32(_)) => {}
+            (Holds::Indices, NpyData::I64(_))
+            | (Holds::Float32, NpyData::F32(_))
+            | (Holds::Param, NpyData::F32(_) | NpyData::F16(_)) => {}
             (Holds::Indices, _) => {
                 return Err(wrong(
                     input,
@@ -507,6 +650,12 @@ fn check_dtypes(op: &Op, inputs: &[Input]) -> Result<Dtype, Failure> {
                 return Err(wrong(
                     input,
                     &format!("{}'s --{} must be float32, whatever the dtype of --input", op.name, input.flag),
+                ));
+            }
+            (Holds::Param, _) => {
+                return Err(wrong(
+                    input,
+                    &format!("{}'s --{} must be float32 or --input's dtype", op.name, input.flag),
                 ));
             }
         }
@@ -527,16 +676,46 @@ fn check_dtypes(op: &Op, inputs: &[Input]) -> Result<Dtype, Failure> {
             )));
         }
     }
+    // A norm's weight and bias: float32 or the element type, both the same.
+    let params: Vec<&Input> = inputs.iter().filter(|input| input.holds == Holds::Param).collect();
+    for input in &params {
+        if matches!(input.array.data, NpyData::F16(_)) && dtype != Dtype::F16 {
+            return Err(Failure::Runtime(format!(
+                "--{} {} is float16 but --{} {} is {}; {}'s weight and bias must be float32 or --input's dtype",
+                input.flag,
+                input.path,
+                first.flag,
+                first.path,
+                first.array.data.dtype_name(),
+                op.name
+            )));
+        }
+    }
+    if let [weight, bias] = params.as_slice()
+        && weight.array.data.dtype_name() != bias.array.data.dtype_name()
+    {
+        return Err(Failure::Runtime(format!(
+            "--{} {} is {} but --{} {} is {}; give the weight and bias the same dtype",
+            bias.flag,
+            bias.path,
+            bias.array.data.dtype_name(),
+            weight.flag,
+            weight.path,
+            weight.array.data.dtype_name()
+        )));
+    }
     Ok(dtype)
 }
 
 /// An element type that has a `.npy` dtype.
 trait NpyElement: Element {
+    const ONE: Self;
     fn slice(data: &NpyData) -> Option<&[Self]>;
     fn wrap(values: Vec<Self>) -> NpyData;
 }
 
 impl NpyElement for f32 {
+    const ONE: Self = 1.0;
     fn slice(data: &NpyData) -> Option<&[Self]> {
         if let NpyData::F32(values) = data { Some(values) } else { None }
     }
@@ -546,6 +725,7 @@ impl NpyElement for f32 {
 }
 
 impl NpyElement for f16 {
+    const ONE: Self = f16::ONE;
     fn slice(data: &NpyData) -> Option<&[Self]> {
         if let NpyData::F16(values) = data { Some(values) } else { None }
     }
@@ -555,6 +735,7 @@ impl NpyElement for f16 {
 }
 
 impl NpyElement for i64 {
+    const ONE: Self = 1;
     fn slice(data: &NpyData) -> Option<&[Self]> {
         if let NpyData::I64(values) = data { Some(values) } else { None }
     }
@@ -565,20 +746,34 @@ impl NpyElement for i64 {
 
 /// The inputs that hold `holds`, in order, copied to the device as tensors of `U`.
 fn upload<U: NpyElement>(gpu: &Gpu, inputs: &[Input], holds: Holds) -> rill::Result<Vec<Tensor<U>>> {
-    inputs
-        .iter()
-        .filter(|input| input.holds == holds)
-        .map(|input| match U::slice(&input.array.data) {
-            Some(values) => Tensor::<U>::from_slice(gpu, values, &input.array.shape),
-            None => {
-                Err(rill::Error::InvalidInput(format!("--{} {} is not {}", input.flag, input.path, U::DTYPE.name())))
-            }
-        })
-        .collect()
+    inputs.iter().filter(|input| input.holds == holds).map(|input| upload_input(gpu, input)).collect()
 }
 
-/// Runs `kernel` on `inputs` (float ones of element type `T`) and returns the output.
-fn execute<T: NpyElement>(gpu: &Gpu, kernel: Kernel, inputs: &[Input]) -> rill::Result<Ran> {
+/// The input given with `--flag`, if any, copied to the device as a tensor of `U`.
+fn upload_flag<U: NpyElement>(gpu: &Gpu, inputs: &[Input], flag: &str) -> rill::Result<Option<Tensor<U>>> {
+    inputs.iter().find(|input| input.flag == flag).map(|input| upload_input(gpu, input)).transpose()
+}
+
+fn upload_input<U: NpyElement>(gpu: &Gpu, input: &Input) -> rill::Result<Tensor<U>> {
+    match U::slice(&input.array.data) {
+        Some(values) => Tensor::<U>::from_slice(gpu, values, &input.array.shape),
+        None => Err(rill::Error::InvalidInput(format!("--{} {} is not {}", input.flag, input.path, U::DTYPE.name()))),
+    }
+}
+
+/// Runs `kernel` on `inputs` (float ones of element type `T`) and returns the output; `extra`
+/// names the further outputs asked for.
+fn execute<T: NpyElement>(gpu: &Gpu, kernel: Kernel, inputs: &[Input], extra: &[&str]) -> rill::Result<Ran> {
+    if matches!(kernel, Kernel::Norm { .. } | Kernel::NormBackward(_)) {
+        // The weight and bias are float32 or T (checked), so f16 ones mean T is f16.
+        let f16_params =
+            inputs.iter().any(|input| input.holds == Holds::Param && input.array.data.dtype_name() == "float16");
+        return if f16_params {
+            execute_norm::<T, f16>(gpu, kernel, inputs, extra)
+        } else {
+            execute_norm::<T, f32>(gpu, kernel, inputs, extra)
+        };
+    }
     let x = upload::<T>(gpu, inputs, Holds::Float)?;
     let targets = upload::<i64>(gpu, inputs, Holds::Indices)?;
     let grads = upload::<f32>(gpu, inputs, Holds::Float32)?;
@@ -648,14 +843,144 @@ fn elementwise_op<T: Element>(stream: &Stream, kernel: Kernel, x: &[Tensor<T>], 
 /// Waits for `stream`'s work and copies `out` back.
 fn finish<U: NpyElement>(stream: &Stream, out: &Tensor<U>, how: String) -> rill::Result<Ran> {
     stream.synchronize()?;
-    Ok(Ran { shape: out.shape().to_vec(), data: U::wrap(out.to_vec()?), how })
+    Ok(Ran { shape: out.shape().to_vec(), data: U::wrap(out.to_vec()?), how, extra: Vec::new() })
+}
+
+/// `(flag, shape, data)` of a further output, if it was computed (the stream synchronized).
+fn extra_output<U: NpyElement>(
+    flag: &'static str,
+    tensor: Option<Tensor<U>>,
+) -> rill::Result<Option<(&'static str, Vec<usize>, NpyData)>> {
+    tensor.map(|t| Ok((flag, t.shape().to_vec(), U::wrap(t.to_vec()?)))).transpose()
+}
+
+/// A norm, forward or backward, of input `T` with weight and bias `G` (float32 or `T`; the
+/// weight's gradients are `G` too, float32 without a weight).
+fn execute_norm<T: NpyElement, G: NpyElement>(
+    gpu: &Gpu,
+    kernel: Kernel,
+    inputs: &[Input],
+    extra: &[&str],
+) -> rill::Result<Ran> {
+    let wants = |flag: &str| extra.contains(&flag);
+    let required = |flag: &str| {
+        upload_flag::<T>(gpu, inputs, flag)?.ok_or_else(|| rill::Error::InvalidInput(format!("--{flag} is missing")))
+    };
+    let x = required("input")?;
+    let shape = x.shape().to_vec();
+    // One statistic per row, shaped as PyTorch's native_layer_norm writes them: [..., 1].
+    let stats_shape = [shape.split_last().map_or(&[][..], |(_, outer)| outer), &[1]].concat();
+    let cols = shape.last().copied().unwrap_or(1);
+    let weight = upload_flag::<G>(gpu, inputs, "weight")?;
+    let stream = gpu.stream()?;
+    let norm = Norm::new();
+    let weight_note = if weight.is_some() { format!("; weight {}", G::DTYPE.name()) } else { String::new() };
+    let mut outputs = Vec::new();
+    let (plan, y): (Plan, Tensor<T>) = match kernel {
+        Kernel::Norm { kind, residual, eps } => {
+            let bias = upload_flag::<G>(gpu, inputs, "bias")?;
+            // PyTorch takes a bias without a weight; the library's bias follows a weight.
+            let weight = match (weight, &bias) {
+                (None, Some(_)) => Some(Tensor::from_slice(gpu, &vec![G::ONE; cols], &[cols])?),
+                (weight, _) => weight,
+            };
+            let residual = if residual { Some(required("residual")?) } else { None };
+            let mut sum = residual.as_ref().map(|_| Tensor::<T>::zeros(gpu, &shape)).transpose()?;
+            let stats = |flag| wants(flag).then(|| Tensor::<f32>::zeros(gpu, &stats_shape)).transpose();
+            let (mut mean, mut rstd) = (stats("output-mean")?, stats("output-rstd")?);
+            let mut y = Tensor::<T>::zeros(gpu, &shape)?;
+            let mut call = Forward::new(&x, &mut y);
+            if let (Some(residual), Some(sum)) = (&residual, &mut sum) {
+                call = call.residual(residual, sum);
+            }
+            if let Some(mean) = &mut mean {
+                call = call.save_mean(mean);
+            }
+            if let Some(rstd) = &mut rstd {
+                call = call.save_rstd(rstd);
+            }
+            let plan = match (&weight, &bias) {
+                (Some(weight), Some(bias)) => norm.forward(&stream, kind, eps, call.weight(weight).bias(bias))?,
+                (Some(weight), None) => norm.forward(&stream, kind, eps, call.weight(weight))?,
+                (None, _) => norm.forward(&stream, kind, eps, call)?,
+            };
+            stream.synchronize()?;
+            outputs.push(extra_output("output-sum", sum.filter(|_| wants("output-sum")))?);
+            outputs.push(extra_output("output-mean", mean)?);
+            outputs.push(extra_output("output-rstd", rstd)?);
+            (plan, y)
+        }
+        Kernel::NormBackward(kind) => {
+            let dy = required("grad-output")?;
+            let mean = upload_flag::<f32>(gpu, inputs, "mean")?;
+            let Some(rstd) = upload_flag::<f32>(gpu, inputs, "rstd")? else {
+                return Err(rill::Error::InvalidInput("--rstd is missing".into()));
+            };
+            let mut dx = Tensor::<T>::zeros(gpu, &shape)?;
+            let mut call = Backward::new(&x, &dy, &rstd, &mut dx);
+            if let Some(mean) = &mean {
+                call = call.mean(mean);
+            }
+            // The weight's gradient is computed whenever the bias's is: the library's
+            // dbias-only call faults on the GPU (its column-sum kernel writes dweight
+            // unconditionally), so dweight is kept in scratch when not asked for.
+            let with_dweight = wants("grad-weight") || wants("grad-bias");
+            let plan = match &weight {
+                Some(weight) => {
+                    let grad = |wanted: bool| wanted.then(|| Tensor::<G>::zeros(gpu, &[cols])).transpose();
+                    let (mut dweight, mut dbias) = (grad(with_dweight)?, grad(wants("grad-bias"))?);
+                    let mut call = call.weight(weight);
+                    if let Some(dweight) = &mut dweight {
+                        call = call.dweight(dweight);
+                    }
+                    if let Some(dbias) = &mut dbias {
+                        call = call.dbias(dbias);
+                    }
+                    let plan = norm.backward(&stream, kind, call)?;
+                    stream.synchronize()?;
+                    outputs.push(extra_output("grad-weight", dweight.filter(|_| wants("grad-weight")))?);
+                    outputs.push(extra_output("grad-bias", dbias)?);
+                    plan
+                }
+                None => {
+                    // No weight: its gradient was refused when parsing (the scratch one aside);
+                    // dbias is float32.
+                    let grad = |wanted: bool| wanted.then(|| Tensor::<f32>::zeros(gpu, &[cols])).transpose();
+                    let (mut dweight, mut dbias) = (grad(with_dweight)?, grad(wants("grad-bias"))?);
+                    if let Some(dweight) = &mut dweight {
+                        call = call.dweight(dweight);
+                    }
+                    if let Some(dbias) = &mut dbias {
+                        call = call.dbias(dbias);
+                    }
+                    let plan = norm.backward(&stream, kind, call)?;
+                    stream.synchronize()?;
+                    outputs.push(extra_output("grad-bias", dbias)?);
+                    plan
+                }
+            };
+            (plan, dx)
+        }
+        _ => return Err(rill::Error::InvalidInput("not a norm".into())),
+    };
+    let params = if extra.iter().any(|flag| flag.starts_with("grad-")) {
+        "; then the weight/bias gradients: two-stage column sums"
+    } else {
+        ""
+    };
+    Ok(Ran {
+        shape,
+        data: T::wrap(y.to_vec()?),
+        how: format!("{}{weight_note}{params}", plan.describe()),
+        extra: outputs.into_iter().flatten().collect(),
+    })
 }
 
 /// `x` converted to `O`; like PyTorch's `Tensor.to`, converting to its own dtype is a no-op.
 fn convert<I: NpyElement, O: NpyElement>(gpu: &Gpu, stream: &Stream, x: &Tensor<I>) -> rill::Result<Ran> {
     if I::DTYPE == O::DTYPE {
         let how = format!("no kernel: the input is already {}", I::DTYPE.name());
-        return Ok(Ran { shape: x.shape().to_vec(), data: I::wrap(x.to_vec()?), how });
+        return Ok(Ran { shape: x.shape().to_vec(), data: I::wrap(x.to_vec()?), how, extra: Vec::new() });
     }
     let mut y = Tensor::<O>::zeros(gpu, x.shape())?;
     elementwise::cast::<I, O>(stream, x, &mut y)?;

@@ -17,7 +17,13 @@
 //! reduced in two deterministic stages (chunk sums into a stream-ordered workspace, then
 //! the chunks in order): no atomics, the same bits every run.
 
+use super::rows::dispatch::WARP_MAX_COLS;
 pub use super::rows::dispatch::{Path, PathKind, Plan};
+
+/// Widest row the backward gives the warp path. Its 32-element tier holds x and dy (64
+/// registers of row) and ran at 65-70% of copy at 1024 columns on the H100, where the
+/// shared path reached 86-100%.
+const BACKWARD_WARP_MAX_COLS: usize = 512;
 use super::rows::{RowCall, check_aligned, rows_cols, same_shape};
 use crate::Stream;
 use crate::error::{DriverContext, Error, Result, invalid};
@@ -233,6 +239,11 @@ fn check_per_row(op: &str, what: &str, shape: &[usize], address: u64, rows: usiz
     check_aligned(op, what, address, 4)
 }
 
+/// Bytes of weight and bias every row reads.
+fn column_bytes<G: Element>(weight: &Option<View<'_, G>>, bias: &Option<View<'_, G>>) -> u32 {
+    [weight, bias].iter().filter_map(|v| v.as_ref()).map(|v| v.len() * size_of::<G>()).sum::<usize>() as u32
+}
+
 fn check_eps(op: &str, eps: f32) -> Result<()> {
     if !(eps.is_finite() && eps >= 0.0) {
         invalid!("`{op}`: eps must be finite and not negative; got {eps}");
@@ -329,6 +340,8 @@ impl Norm {
             arrays,
             args,
             cached_arrays: 1,
+            warp_max_cols: WARP_MAX_COLS,
+            column_bytes: column_bytes(&call.weight, &call.bias),
             force: self.force,
             stream,
         }
@@ -407,6 +420,8 @@ impl Norm {
             arrays,
             args,
             cached_arrays: 2,
+            warp_max_cols: BACKWARD_WARP_MAX_COLS,
+            column_bytes: column_bytes(&call.weight, &None),
             force: self.force,
             stream,
         }

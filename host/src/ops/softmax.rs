@@ -7,6 +7,7 @@
 //! A row of all `-inf` gives NaN, as in PyTorch.
 
 pub use super::rows::check_last_dim;
+use super::rows::dispatch::WARP_MAX_COLS;
 pub use super::rows::dispatch::{Path, PathKind, Plan};
 use super::rows::{RowCall, check_aligned, rows_cols, same_shape};
 use crate::Stream;
@@ -79,6 +80,8 @@ impl Softmax {
             arrays: vec![(x.address(), size_of::<T>())],
             args: SoftmaxArgs { input: x.address(), ..SoftmaxArgs::default() },
             cached_arrays: 1,
+            warp_max_cols: WARP_MAX_COLS,
+            column_bytes: 0,
             force: self.force,
             stream,
         };

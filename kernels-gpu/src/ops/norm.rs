@@ -3,8 +3,8 @@
 //!
 //! One body per direction serves both norms (RMSNorm is LayerNorm with the mean held at 0
 //! and no beta) and every fusion: the forward reads the row through a [`Load`] (plain, or
-//! residual add that also writes the sum) and writes `(x - mean) * rstd` through a
-//! [`Store`] that applies gamma and beta and casts; the backward reads `x` already
+//! residual add that also writes the sum) and writes `(x - mean) * rstd * gamma + beta`
+//! through a [`Store`] (which casts to the output dtype); the backward reads `x` already
 //! normalized and `dy` already scaled by gamma through two loads.
 //!
 //! The variance never divides per element: on the warp and shared paths the row is cached,
@@ -18,9 +18,10 @@ use super::rows::{
 };
 use crate::abi::{NORM_PARAM_GRAD_WARPS, NormArgs, NormParamGradArgs, ROW_PATH_SHARED, ROW_PATH_UNCACHED};
 use crate::arch::{
-    WARP_SIZE, block_dim_x, block_idx_x, dynamic_shared, grid_dim_x, rcp, rsqrt, sync_threads, thread_idx_x,
+    GlobalAddr, WARP_SIZE, block_dim_x, block_idx_x, dynamic_shared, grid_dim_x, load_global_nc, rcp, rsqrt,
+    sync_threads, thread_idx_x,
 };
-use crate::pack::{ColumnLoad, DirectLoad, DirectStore, Load, RowMajor, Store};
+use crate::pack::{ColumnLoad, DirectLoad, DirectStore, Load, RowMajor, Store, StreamLoad};
 use crate::reduce::{Sum, block_all_reduce};
 use crate::scalar::Scalar;
 use crate::unroll::{unroll, unrolled_array};
@@ -40,9 +41,13 @@ impl Stats {
     }
 }
 
-/// What the forward needs besides its Load and Store: the constants and the per-row
-/// outputs (null where not wanted).
-struct Forward {
+/// What the forward needs besides its Load and Store: gamma and beta (optional), the
+/// constants, and the per-row outputs (null where not wanted). Gamma and beta are read by
+/// the bodies, not by a Store, so the block paths can keep several packs of them in
+/// flight: read one by one inside each store, their L2 latency stalled the output pass.
+struct Forward<G> {
+    gamma: Option<ColumnLoad<G>>,
+    beta: Option<ColumnLoad<G>>,
     mean: *mut f32,
     rstd: *mut f32,
     eps: f32,
@@ -50,15 +55,36 @@ struct Forward {
     rms: bool,
 }
 
-impl Forward {
+impl<G: Scalar> Forward<G> {
+    /// # Safety
+    /// Non-zero gamma and beta addresses must hold `cols` elements of `G`, aligned as
+    /// [`ColumnLoad::new`] requires.
     #[inline(always)]
-    fn new(args: &NormArgs) -> Self {
+    unsafe fn new(args: &NormArgs) -> Self {
         Forward {
+            // SAFETY: forwarded.
+            gamma: unsafe { column(args.gamma) },
+            beta: unsafe { column(args.beta) },
             mean: args.mean as *mut f32,
             rstd: args.rstd as *mut f32,
             eps: args.eps,
             inv_cols: args.inv_cols,
             rms: args.rms != 0,
+        }
+    }
+
+    /// Gamma and beta of columns `col..col + P` (1 and 0 where absent).
+    ///
+    /// # Safety
+    /// The columns must be inside the row, `col` a multiple of `P`.
+    #[inline(always)]
+    unsafe fn params<const P: usize>(&self, col: u64) -> ([f32; P], [f32; P]) {
+        // SAFETY: forwarded.
+        unsafe {
+            (
+                self.gamma.as_ref().map_or([1.0; P], |g| g.load(col)),
+                self.beta.as_ref().map_or([0.0; P], |b| b.load(col)),
+            )
         }
     }
 
@@ -91,10 +117,10 @@ impl Forward {
 }
 
 #[inline(always)]
-unsafe fn warp_forward<L: Load<P>, S: Store<P>, const P: usize, const E: usize>(
+unsafe fn warp_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize, const E: usize>(
     load: &L,
     store: &S,
-    norm: &Forward,
+    norm: &Forward<G>,
     args: &NormArgs,
 ) {
     let shape = &args.shape;
@@ -123,15 +149,18 @@ unsafe fn warp_forward<L: Load<P>, S: Store<P>, const P: usize, const E: usize>(
                 }
             });
         }
-        warp_store::<S, P, E>(store, &at, first, shape, |r, i| stats[r].normalize(x[r][i]));
+        warp_store::<S, P, E>(store, &at, first, shape, |r, i| {
+            let (gamma, beta) = norm.params::<P>(at.col::<P>(i));
+            stats[r].normalize(x[r][i]) * gamma[i % P] + beta[i % P]
+        });
     });
 }
 
 #[inline(always)]
-unsafe fn shared_forward<L: Load<P>, S: Store<P>, const P: usize>(
+unsafe fn shared_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize>(
     load: &L,
     store: &S,
-    norm: &Forward,
+    norm: &Forward<G>,
     args: &NormArgs,
 ) {
     let shape = &args.shape;
@@ -166,9 +195,15 @@ unsafe fn shared_forward<L: Load<P>, S: Store<P>, const P: usize>(
         if thread_idx_x() == 0 {
             norm.write(row, stats);
         }
-        block_packs::<P>(shape, |pack, col| {
-            store.store(unrolled_array(|j| stats.normalize(cache.add(slot(pack, j)).read())), row, col);
-        });
+        block_packs_loaded::<P, _>(
+            shape,
+            shared_batch(P),
+            |col| norm.params::<P>(col),
+            |pack, (gamma, beta)| {
+                let out = unrolled_array(|j| stats.normalize(cache.add(slot(pack, j)).read()) * gamma[j] + beta[j]);
+                store.store(out, row, pack * P as u64);
+            },
+        );
     });
 }
 
@@ -203,10 +238,10 @@ impl Moments {
 }
 
 #[inline(always)]
-unsafe fn uncached_forward<L: Load<P>, S: Store<P>, const P: usize>(
+unsafe fn uncached_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize>(
     load: &L,
     store: &S,
-    norm: &Forward,
+    norm: &Forward<G>,
     args: &NormArgs,
 ) {
     let shape = &args.shape;
@@ -232,29 +267,31 @@ unsafe fn uncached_forward<L: Load<P>, S: Store<P>, const P: usize>(
         if thread_idx_x() == 0 {
             norm.write(row, stats);
         }
-        block_packs_loaded::<P, [f32; P]>(
+        block_packs_loaded::<P, _>(
             shape,
-            MAX_BATCH,
-            |col| load.load(row, col),
-            |pack, v| store.store(unrolled_array(|j| stats.normalize(v[j])), row, pack * P as u64),
+            shared_batch(P),
+            |col| (load.load(row, col), norm.params::<P>(col)),
+            |pack, (v, (gamma, beta)): ([f32; P], _)| {
+                store.store(unrolled_array(|j| stats.normalize(v[j]) * gamma[j] + beta[j]), row, pack * P as u64)
+            },
         );
     });
 }
 
 /// The forward body for path `PATH` (a warp code is the elements per lane).
 #[inline(always)]
-unsafe fn forward_path<L: Load<P>, S: Store<P>, const P: usize, const PATH: usize>(
+unsafe fn forward_path<L: Load<P>, S: Store<P>, G: Scalar, const P: usize, const PATH: usize>(
     load: &L,
     store: &S,
     args: &NormArgs,
 ) {
-    let norm = Forward::new(args);
     // SAFETY: forwarded; the host launched this kernel with this path's geometry.
     unsafe {
+        let norm = Forward::<G>::new(args);
         match PATH {
-            ROW_PATH_UNCACHED => uncached_forward::<L, S, P>(load, store, &norm, args),
-            ROW_PATH_SHARED => shared_forward::<L, S, P>(load, store, &norm, args),
-            _ => warp_forward::<L, S, P, PATH>(load, store, &norm, args),
+            ROW_PATH_UNCACHED => uncached_forward::<L, S, G, P>(load, store, &norm, args),
+            ROW_PATH_SHARED => shared_forward::<L, S, G, P>(load, store, &norm, args),
+            _ => warp_forward::<L, S, G, P, PATH>(load, store, &norm, args),
         }
     }
 }
@@ -263,8 +300,8 @@ unsafe fn forward_path<L: Load<P>, S: Store<P>, const P: usize, const PATH: usiz
 /// stored sum), also written to the sum array: a transformer block's residual stream.
 /// The uncached path reads its row twice and so writes the same sum twice.
 pub struct ResidualAddLoad<T> {
-    x: DirectLoad<T>,
-    residual: DirectLoad<T>,
+    x: StreamLoad<T>,
+    residual: StreamLoad<T>,
     sum: DirectStore<T>,
 }
 
@@ -277,32 +314,6 @@ impl<T: Scalar, const N: usize> Load<N> for ResidualAddLoad<T> {
             let sum = unrolled_array(|j| T::from_f32(x[j] + r[j]).to_f32());
             self.sum.store(sum, row, col);
             sum
-        }
-    }
-}
-
-/// Stores `normalized * gamma + beta` (either optional) as `U`.
-pub struct AffineStore<U, G> {
-    out: DirectStore<U>,
-    gamma: Option<ColumnLoad<G>>,
-    beta: Option<ColumnLoad<G>>,
-}
-
-impl<U: Scalar, G: Scalar, const N: usize> Store<N> for AffineStore<U, G> {
-    #[inline(always)]
-    unsafe fn store(&self, values: [f32; N], row: u64, col: u64) {
-        // SAFETY: forwarded; gamma and beta hold `cols` elements.
-        unsafe {
-            let mut out = values;
-            if let Some(gamma) = &self.gamma {
-                let g: [f32; N] = gamma.load(col);
-                unroll::<N>(|j| out[j] *= g[j]);
-            }
-            if let Some(beta) = &self.beta {
-                let b: [f32; N] = beta.load(col);
-                unroll::<N>(|j| out[j] += b[j]);
-            }
-            self.out.store(out, row, col);
         }
     }
 }
@@ -329,23 +340,11 @@ unsafe fn view<T: Scalar>(address: u64, cols: u64) -> RowMajor<T> {
 }
 
 #[inline(always)]
-unsafe fn affine_store<U: Scalar, G: Scalar>(args: &NormArgs) -> AffineStore<U, G> {
-    // SAFETY: see `view`.
-    unsafe {
-        AffineStore {
-            out: DirectStore(view::<U>(args.output, args.shape.cols)),
-            gamma: column(args.gamma),
-            beta: column(args.beta),
-        }
-    }
-}
-
-#[inline(always)]
 pub unsafe fn forward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PATH: usize>(args: &NormArgs) {
     // SAFETY: see `view`.
     unsafe {
-        let load = DirectLoad(view::<T>(args.input, args.shape.cols));
-        forward_path::<_, _, P, PATH>(&load, &affine_store::<U, G>(args), args);
+        let load = StreamLoad(view::<T>(args.input, args.shape.cols));
+        forward_path::<_, _, G, P, PATH>(&load, &DirectStore(view::<U>(args.output, args.shape.cols)), args);
     }
 }
 
@@ -355,37 +354,44 @@ pub unsafe fn add_forward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const
     unsafe {
         let cols = args.shape.cols;
         let load = ResidualAddLoad {
-            x: DirectLoad(view::<T>(args.input, cols)),
-            residual: DirectLoad(view::<T>(args.second, cols)),
+            x: StreamLoad(view::<T>(args.input, cols)),
+            residual: StreamLoad(view::<T>(args.second, cols)),
             sum: DirectStore(view::<T>(args.sum, cols)),
         };
-        forward_path::<_, _, P, PATH>(&load, &affine_store::<U, G>(args), args);
+        forward_path::<_, _, G, P, PATH>(&load, &DirectStore(view::<U>(args.output, args.shape.cols)), args);
     }
 }
 
-/// The per-row statistics the forward wrote, as the backward kernels read them.
+/// The per-row statistics the forward wrote, as the backward kernels read them: through
+/// the read-only path, as loads the compiler may merge, so a row's packs share one load.
 #[derive(Clone, Copy)]
 struct SavedStats {
-    mean: *const f32,
-    rstd: *const f32,
+    mean: GlobalAddr,
+    rstd: GlobalAddr,
     rms: bool,
 }
 
 impl SavedStats {
+    /// # Safety
+    /// `rstd` (and `mean`, unless `rms`) must be generic addresses of global f32 arrays.
     #[inline(always)]
-    fn new(mean: u64, rstd: u64, rms: u32) -> Self {
-        SavedStats { mean: mean as *const f32, rstd: rstd as *const f32, rms: rms != 0 }
+    unsafe fn new(mean: u64, rstd: u64, rms: u32) -> Self {
+        // SAFETY: forwarded; an unused mean address is converted but never read.
+        unsafe {
+            SavedStats { mean: GlobalAddr::from_generic(mean), rstd: GlobalAddr::from_generic(rstd), rms: rms != 0 }
+        }
     }
 
     /// # Safety
-    /// `row` must be a row of the view (the arrays hold `rows` f32s; RMSNorm has no mean).
+    /// `row` must be a row of the view (the arrays hold `rows` f32s, unwritten during the
+    /// kernel; RMSNorm has no mean).
     #[inline(always)]
     unsafe fn get(&self, row: u64) -> Stats {
-        // SAFETY: forwarded.
-        unsafe {
-            let mean = if self.rms { 0.0 } else { self.mean.add(row as usize).read() };
-            Stats { mean, rstd: self.rstd.add(row as usize).read() }
-        }
+        let at = |array: GlobalAddr| {
+            // SAFETY: forwarded.
+            f32::from_bits(unsafe { load_global_nc(array.offset(row * 4), 4) }[0])
+        };
+        Stats { mean: if self.rms { 0.0 } else { at(self.mean) }, rstd: at(self.rstd) }
     }
 }
 
@@ -458,9 +464,9 @@ unsafe fn backward_path<LX: Load<P>, LG: Load<P>, S: Store<P>, const P: usize, c
     args: &NormArgs,
 ) {
     let shape = &args.shape;
-    let saved = SavedStats::new(args.mean, args.rstd, args.rms);
     // SAFETY (whole body): as the forward paths.
     unsafe {
+        let saved = SavedStats::new(args.mean, args.rstd, args.rms);
         match PATH {
             ROW_PATH_UNCACHED => block_rows(shape, |row| {
                 let pair = |col| (load_xhat.load(row, col), load_g.load(row, col));
@@ -629,7 +635,7 @@ pub unsafe fn param_grad<T: Scalar, const P: usize>(args: &NormParamGradArgs) {
 /// order; a thread per column, grid-strided.
 ///
 /// # Safety
-/// As [`param_grad`]; dgamma (and dbeta, if not 0) hold `cols` elements of `G`.
+/// As [`param_grad`]; dgamma and dbeta, where not 0, hold `cols` elements of `G`.
 #[inline(always)]
 pub unsafe fn param_grad_sum<G: Scalar>(args: &NormParamGradArgs) {
     let partial = args.partial as *const f32;
@@ -637,7 +643,7 @@ pub unsafe fn param_grad_sum<G: Scalar>(args: &NormParamGradArgs) {
     let mut col = (block_idx_x() * block_dim_x() + thread_idx_x()) as u64;
     // SAFETY: reads `chunks x cols` partial sums per parameter and writes column `col`.
     unsafe {
-        let dgamma = DirectStore(view::<G>(args.dgamma, args.cols));
+        let dgamma = (args.dgamma != 0).then(|| DirectStore(view::<G>(args.dgamma, args.cols)));
         let dbeta = (args.dbeta != 0).then(|| DirectStore(view::<G>(args.dbeta, args.cols)));
         let beta_at = args.chunks * args.cols;
         while col < args.cols {
@@ -650,7 +656,9 @@ pub unsafe fn param_grad_sum<G: Scalar>(args: &NormParamGradArgs) {
                 }
                 chunk += 1;
             }
-            dgamma.store([g], 0, col);
+            if let Some(dgamma) = &dgamma {
+                dgamma.store([g], 0, col);
+            }
             if let Some(dbeta) = &dbeta {
                 dbeta.store([b], 0, col);
             }

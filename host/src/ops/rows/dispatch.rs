@@ -109,6 +109,8 @@ pub struct Problem {
     /// The most threads per block the block-path kernels launch with (their register use
     /// decides it; the driver reports it).
     pub block_limit: u32,
+    /// Widest row the dispatcher gives the warp path (at most [`WARP_MAX_COLS`]).
+    pub warp_max_cols: usize,
     pub force: Option<PathKind>,
 }
 
@@ -119,6 +121,7 @@ pub type Occupancy<'a> = &'a dyn Fn(u32, u32) -> crate::Result<u32>;
 /// The plan for `problem`; `occupancy` answers for the shared-memory kernel.
 pub fn plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancy<'_>) -> crate::Result<Plan> {
     let warp_fits = problem.cols <= WARP_MAX_COLS;
+    let warp_chosen = problem.cols <= problem.warp_max_cols.min(WARP_MAX_COLS);
     match problem.force {
         Some(PathKind::Warp) if !warp_fits => {
             return Err(crate::Error::Unsupported(format!(
@@ -138,7 +141,7 @@ pub fn plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancy<'_>) ->
         }
         None => {}
     }
-    if warp_fits {
+    if warp_chosen {
         return Ok(warp_plan(problem, device));
     }
     Ok(shared_plan(problem, device, occupancy)?.unwrap_or_else(|| uncached_plan(problem, device)))
@@ -200,7 +203,7 @@ mod tests {
     use crate::launch::tests::h100;
 
     fn problem(rows: usize, cols: usize, pack: usize) -> Problem {
-        Problem { rows, cols, pack, cached_arrays: 1, block_limit: 1024, force: None }
+        Problem { rows, cols, pack, cached_arrays: 1, block_limit: 1024, warp_max_cols: WARP_MAX_COLS, force: None }
     }
 
     /// Occupancy of a kernel limited by shared memory alone (228 KB per SM, 64 warps).
@@ -269,6 +272,19 @@ mod tests {
         let mut limited = problem(4096, 32768, 4);
         limited.block_limit = 512;
         assert_eq!(plan(&limited, &device, &by_shared).unwrap().block(), 512);
+    }
+
+    #[test]
+    fn a_lower_warp_limit_sends_wider_rows_to_the_block_paths() {
+        let device = h100();
+        let mut p = problem(49152, 1024, 4);
+        p.warp_max_cols = 512;
+        assert_eq!(plan(&p, &device, &by_shared).unwrap().kind(), PathKind::Shared);
+        p.cols = 512;
+        assert_eq!(plan(&p, &device, &by_shared).unwrap().kind(), PathKind::Warp);
+        p.cols = 1024;
+        p.force = Some(PathKind::Warp);
+        assert_eq!(plan(&p, &device, &by_shared).unwrap().kind(), PathKind::Warp);
     }
 
     #[test]

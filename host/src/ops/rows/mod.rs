@@ -66,6 +66,11 @@ pub(crate) struct RowCall<'a, A: RowArgs> {
     pub args: A,
     /// Arrays the shared path caches per row.
     pub cached_arrays: u32,
+    /// Widest row the warp path is chosen for (see [`dispatch::Problem::warp_max_cols`]).
+    pub warp_max_cols: usize,
+    /// Bytes of per-column data every row re-reads (a norm's gamma and beta): on the shared
+    /// path, L1 is left that much room so those reads hit it rather than L2.
+    pub column_bytes: u32,
     pub force: Option<PathKind>,
     pub stream: &'a Stream,
 }
@@ -77,6 +82,7 @@ impl<A: RowArgs> RowCall<'_, A> {
             && self.arrays.iter().all(|&(address, bytes)| address % (widest * bytes).min(PACK_BYTES) as u64 == 0);
         let pack = if aligned { widest } else { 1 };
         let gpu = self.stream.gpu();
+        let carveout = shared_carveout(self.column_bytes, gpu.info().max_shared_bytes_per_multiprocessor);
         gpu.bind()?;
         let kernel_for = |plan: &Plan| -> Result<Kernel> {
             let (path, _) = plan.symbol_path();
@@ -89,6 +95,7 @@ impl<A: RowArgs> RowCall<'_, A> {
         let occupancy = |block: u32, bytes: u32| {
             let shared = kernel_for(&Plan { path: Path::Shared { block, shared_bytes: bytes }, pack, grid: 1 })?;
             shared.allow_dynamic_shared(bytes.max(STATIC_SHARED_BYTES))?;
+            shared.prefer_shared_carveout(carveout)?;
             shared.blocks_per_multiprocessor(block, bytes)
         };
         let block_kernel = |path| kernel_for(&Plan { path, pack, grid: 1 }).map(|k| k.max_threads_per_block);
@@ -100,12 +107,14 @@ impl<A: RowArgs> RowCall<'_, A> {
             pack,
             cached_arrays: self.cached_arrays,
             block_limit,
+            warp_max_cols: self.warp_max_cols,
             force: self.force,
         };
         let plan = plan(&problem, gpu.info(), &occupancy)?;
         let kernel = kernel_for(&plan)?;
         if let Path::Shared { shared_bytes, .. } = plan.path {
             kernel.allow_dynamic_shared(shared_bytes.max(STATIC_SHARED_BYTES))?;
+            kernel.prefer_shared_carveout(carveout)?;
         }
         let shape = self.args.shape_mut();
         shape.rows = self.rows as u64;
@@ -122,9 +131,24 @@ impl<A: RowArgs> RowCall<'_, A> {
     }
 }
 
+/// The shared-memory carveout (percent of the SM's capacity) leaving `column_bytes` of L1,
+/// all of it as shared memory where nothing needs L1.
+fn shared_carveout(column_bytes: u32, per_multiprocessor: u32) -> u32 {
+    let capacity = per_multiprocessor.max(1) as u64;
+    let shared = capacity.saturating_sub(column_bytes as u64);
+    (shared * 100 / capacity) as u32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn carveout_leaves_room_for_column_data() {
+        assert_eq!(shared_carveout(0, 228 * 1024), 100);
+        assert_eq!(shared_carveout(57 * 1024, 228 * 1024), 75);
+        assert_eq!(shared_carveout(1 << 30, 228 * 1024), 0);
+    }
 
     #[test]
     fn only_the_last_axis_is_accepted() {
