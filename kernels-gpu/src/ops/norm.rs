@@ -116,6 +116,11 @@ impl<G: Scalar> Forward<G> {
     }
 }
 
+/// Packs whose gamma and beta the block paths' output pass loads ahead of use. Measured on
+/// the H100 (49152 x 8192): 2 took f32 LayerNorm from 80% to 93% of copy and 16-bit from
+/// 81% to 84%, over 4 (f32) and 1 (16-bit), whose registers cost occupancy.
+const PARAM_BATCH: usize = 2;
+
 #[inline(always)]
 unsafe fn warp_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize, const E: usize>(
     load: &L,
@@ -197,7 +202,7 @@ unsafe fn shared_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize>(
         }
         block_packs_loaded::<P, _>(
             shape,
-            shared_batch(P),
+            PARAM_BATCH,
             |col| norm.params::<P>(col),
             |pack, (gamma, beta)| {
                 let out = unrolled_array(|j| stats.normalize(cache.add(slot(pack, j)).read()) * gamma[j] + beta[j]);
@@ -269,7 +274,7 @@ unsafe fn uncached_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize>(
         }
         block_packs_loaded::<P, _>(
             shape,
-            shared_batch(P),
+            PARAM_BATCH,
             |col| (load.load(row, col), norm.params::<P>(col)),
             |pack, (v, (gamma, beta)): ([f32; P], _)| {
                 store.store(unrolled_array(|j| stats.normalize(v[j]) * gamma[j] + beta[j]), row, pack * P as u64)
