@@ -7,6 +7,8 @@
 
 mod elementwise;
 mod harness;
+mod norm;
+mod norm_ladder;
 mod softmax;
 
 fn main() {
@@ -21,5 +23,7 @@ fn main() {
     };
     elementwise::run(&mut suite);
     softmax::run(&mut suite);
+    norm_ladder::run(&mut suite);
+    norm::run(&mut suite);
     std::process::exit(suite.finish());
 }

@@ -185,3 +185,129 @@ pub fn cross_entropy_backward_magnitude_rows(x: &[f64], target: &[i64], dloss: &
         })
         .collect()
 }
+
+/// Per-row statistics of a norm, `(mean, rstd)`: LayerNorm's mean and `1 / sqrt(var + eps)`
+/// with the biased variance (`rms` false), or RMSNorm's 0 and `1 / sqrt(mean(x^2) + eps)`
+/// (`rms` true). Two passes in f64: exact enough for rows whose mean dwarfs their spread.
+pub fn norm_stats_rows(x: &[f64], cols: usize, rms: bool, eps: f64) -> Vec<(f64, f64)> {
+    x.chunks(cols)
+        .map(|row| {
+            let mean = if rms { 0.0 } else { row.iter().sum::<f64>() / cols as f64 };
+            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / cols as f64;
+            (mean, 1.0 / (var + eps).sqrt())
+        })
+        .collect()
+}
+
+/// `(x - mean) * rstd * weight + bias` per row, with the given statistics (one per row) and
+/// the optional per-column weight and bias.
+pub fn norm_apply_rows(
+    x: &[f64],
+    cols: usize,
+    stats: &[(f64, f64)],
+    weight: Option<&[f64]>,
+    bias: Option<&[f64]>,
+) -> Vec<f64> {
+    let mut y = Vec::with_capacity(x.len());
+    for (row, &(mean, rstd)) in x.chunks(cols).zip(stats) {
+        y.extend(
+            row.iter()
+                .enumerate()
+                .map(|(c, v)| (v - mean) * rstd * weight.map_or(1.0, |w| w[c]) + bias.map_or(0.0, |b| b[c])),
+        );
+    }
+    y
+}
+
+/// LayerNorm (`rms` false) or RMSNorm (`rms` true) of each row of `x`, in f64.
+pub fn norm_rows(
+    x: &[f64],
+    cols: usize,
+    rms: bool,
+    eps: f64,
+    weight: Option<&[f64]>,
+    bias: Option<&[f64]>,
+) -> Vec<f64> {
+    norm_apply_rows(x, cols, &norm_stats_rows(x, cols, rms, eps), weight, bias)
+}
+
+/// Gradient of a norm with respect to `x` from the output gradient `dy` and the forward's
+/// statistics: `rstd * (g - mean(g) - xhat * mean(g * xhat))` with `g = dy * weight` and
+/// `xhat = (x - mean) * rstd`; RMSNorm (`rms`) drops the `mean(g)` term.
+pub fn norm_backward_rows(
+    x: &[f64],
+    dy: &[f64],
+    cols: usize,
+    stats: &[(f64, f64)],
+    rms: bool,
+    weight: Option<&[f64]>,
+) -> Vec<f64> {
+    norm_backward_terms(x, dy, cols, stats, rms, weight, false)
+}
+
+/// The magnitude of the terms [`norm_backward_rows`] adds up for each element (the same
+/// formula on absolute values): the floor of the relative error where they cancel.
+pub fn norm_backward_magnitude_rows(
+    x: &[f64],
+    dy: &[f64],
+    cols: usize,
+    stats: &[(f64, f64)],
+    rms: bool,
+    weight: Option<&[f64]>,
+) -> Vec<f64> {
+    norm_backward_terms(x, dy, cols, stats, rms, weight, true)
+}
+
+fn norm_backward_terms(
+    x: &[f64],
+    dy: &[f64],
+    cols: usize,
+    stats: &[(f64, f64)],
+    rms: bool,
+    weight: Option<&[f64]>,
+    magnitude: bool,
+) -> Vec<f64> {
+    let abs = |v: f64| if magnitude { v.abs() } else { v };
+    let mut dx = Vec::with_capacity(x.len());
+    for ((xr, dyr), &(mean, rstd)) in x.chunks(cols).zip(dy.chunks(cols)).zip(stats) {
+        let xhat: Vec<f64> = xr.iter().map(|v| (v - mean) * rstd).collect();
+        let g: Vec<f64> = dyr.iter().enumerate().map(|(c, d)| d * weight.map_or(1.0, |w| w[c])).collect();
+        let mean_g = if rms { 0.0 } else { g.iter().map(|&v| abs(v)).sum::<f64>() / cols as f64 };
+        let mean_gx = g.iter().zip(&xhat).map(|(g, x)| abs(g * x)).sum::<f64>() / cols as f64;
+        dx.extend(g.iter().zip(&xhat).map(|(&g, &x)| {
+            if magnitude { rstd * (g.abs() + mean_g + x.abs() * mean_gx) } else { rstd * (g - mean_g - x * mean_gx) }
+        }));
+    }
+    dx
+}
+
+/// A norm's parameter gradients, column sums over the rows, with the sums of their terms'
+/// magnitudes (the scale of an f32 accumulation's rounding error).
+pub struct NormParamGrads {
+    /// `sum over rows of dy * xhat`.
+    pub dweight: Vec<f64>,
+    /// `sum over rows of dy`.
+    pub dbias: Vec<f64>,
+    pub dweight_magnitude: Vec<f64>,
+    pub dbias_magnitude: Vec<f64>,
+}
+
+/// [`NormParamGrads`] of `x` and `dy` (`rows x cols`) with the forward's statistics.
+pub fn norm_param_grads(x: &[f64], dy: &[f64], cols: usize, stats: &[(f64, f64)]) -> NormParamGrads {
+    let mut grads = NormParamGrads {
+        dweight: vec![0.0; cols],
+        dbias: vec![0.0; cols],
+        dweight_magnitude: vec![0.0; cols],
+        dbias_magnitude: vec![0.0; cols],
+    };
+    for ((xr, dyr), &(mean, rstd)) in x.chunks(cols).zip(dy.chunks(cols)).zip(stats) {
+        for (c, (v, d)) in xr.iter().zip(dyr).enumerate() {
+            let term = d * (v - mean) * rstd;
+            grads.dweight[c] += term;
+            grads.dweight_magnitude[c] += term.abs();
+            grads.dbias[c] += d;
+            grads.dbias_magnitude[c] += d.abs();
+        }
+    }
+    grads
+}

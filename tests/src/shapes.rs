@@ -26,3 +26,15 @@ pub fn softmax_bench_shapes() -> Vec<(usize, usize)> {
     shapes.extend([(49152, 768), (49152, 1000), (4096, 50257), (4096, 65536), (4096, 131072), (4096, 262144)]);
     shapes
 }
+
+/// Norm row widths the GPU suite covers: softmax's, with BERT's 768, and 65536 instead of
+/// 131072 (on an H100 a forward row of 65536 f32 is past shared memory, and a backward row,
+/// which caches two arrays, already at 32768).
+pub const NORM_TEST_COLS: &[usize] =
+    &[1, 2, 3, 31, 32, 33, 127, 768, 1000, 1024, 1025, 2047, 4096, 4097, 12345, 32768, 50257, 65536];
+
+/// Row counts for a norm width: 1, 2, 3 and a large count (about 2^19 elements, at most
+/// 8192; the norm matrix has several times softmax's cases per shape).
+pub fn norm_test_rows(cols: usize) -> [usize; 4] {
+    [1, 2, 3, ((1 << 19) / cols).clamp(4, 8192)]
+}

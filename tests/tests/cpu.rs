@@ -132,3 +132,61 @@ fn softmax_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
         assert_eq!(body.contains("bar.sync"), block_path, "{name}: barriers only on the block paths");
     }
 }
+
+#[test]
+fn norm_ladder_kernels_are_one_per_rung_and_dtype_and_climb_as_the_article() {
+    use rill::norm_ladder::{KERNELS as LADDER, Rung};
+    let ptx = PtxModule::NormLadder.ptx();
+    assert_eq!(ptx.matches(".entry ").count(), Rung::ALL.len() * 3, "rungs x dtypes");
+    assert_eq!(LADDER.len(), Rung::ALL.len() * 3);
+    for kernel in LADDER {
+        let name = kernel.symbol;
+        let body = kernel_body(ptx, name);
+        assert!(!body.contains(".local"), "{name}: uses local memory");
+        assert!(!body.contains("call"), "{name}: calls a function (a panic path?)");
+        let vectorized = kernel.rung == Rung::WarpVectorized;
+        assert_eq!(body.contains("ld.global.nc.v4.u32"), vectorized, "{name}: 16-byte loads on rung 4 only");
+        assert_eq!(body.contains("st.global.v4.u32"), vectorized, "{name}: 16-byte stores on rung 4 only");
+        let shuffles = matches!(kernel.rung, Rung::WarpStrided | Rung::WarpVectorized);
+        assert_eq!(body.contains("shfl.sync.bfly.b32"), shuffles, "{name}: shuffles on rungs 3 and 4 only");
+        assert_eq!(body.contains("bar.sync"), kernel.rung != Rung::ThreadPerRow, "{name}: barriers");
+    }
+}
+
+/// Every exported norm kernel: (symbol, body).
+fn norm_kernels() -> Vec<(String, String)> {
+    let ptx = PtxModule::Norm.ptx();
+    ptx.match_indices(".entry ")
+        .map(|(at, _)| {
+            let name: String = ptx[at + 7..].chars().take_while(|c| *c != '(').collect();
+            (name.clone(), kernel_body(ptx, &name).to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn norm_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
+    let kernels = norm_kernels();
+    // Forward and residual-add forward for 7 dtype triples, the backward for 5, on 5 paths
+    // with 2 packs each; then the parameter gradients' 6 stage-1 and 3 stage-2 kernels.
+    assert_eq!(kernels.len(), (2 * 7 + 5) * 5 * 2 + 6 + 3, "kinds x dtypes x paths x packs + param grads");
+    let param_grads = kernels.iter().filter(|(name, _)| name.starts_with("rill_norm_param_grad")).count();
+    assert_eq!(param_grads, 6 + 3);
+    for (name, body) in &kernels {
+        assert!(!body.contains(".local"), "{name}: uses local memory");
+        assert!(!body.contains("call"), "{name}: calls a function (a panic path?)");
+        assert!(!body.contains("div.rn.f32") && !body.contains("div.full"), "{name}: IEEE division");
+        if name.starts_with("rill_norm_param_grad") {
+            continue;
+        }
+        assert!(body.contains("shfl.sync.bfly.b32"), "{name}: no butterfly shuffle");
+        if name.ends_with("_p4") || name.ends_with("_p8") {
+            assert!(body.contains("ld.global.nc.v4.u32"), "{name}: no 16-byte load");
+        }
+        let block_path = name.contains("_shared_") || name.contains("_uncached_");
+        assert_eq!(body.contains("bar.sync"), block_path, "{name}: barriers only on the block paths");
+        if name.starts_with("rill_norm_forward_") || name.starts_with("rill_norm_add_forward_") {
+            assert!(body.contains("rsqrt.approx"), "{name}: no rsqrt.approx");
+        }
+    }
+}

@@ -1,0 +1,1139 @@
+//! LayerNorm and RMSNorm: every width x rows x dtype (weight and bias in f32 and in the
+//! input's dtype, f32 written as f16 and bf16), each path forced where the width fits it,
+//! misaligned views (pack 1), the fusions (residual add, saved statistics), the backward
+//! against the analytic f64 reference and against finite differences, the parameter
+//! gradients, constant rows, rows far from 0, eps, and bad input.
+//!
+//! Every case is named `norm/<op>/...` (the ladder's are `norm_ladder/...`), so `norm/`
+//! selects these alone.
+
+use crate::harness::{Measured, Suite, view_at, view_mut_at};
+use half::{bf16, f16};
+use rill::norm::{Backward, Forward, Norm, NormKind, PathKind, Plan};
+use rill::{DType, Element, Tensor, View, ViewMut};
+use rill_kernels_gpu::abi::max_pack;
+use rill_tests::check::{max_error_with_floor, relative_floor};
+use rill_tests::random::Rng;
+use rill_tests::reference::{
+    norm_apply_rows, norm_backward_magnitude_rows, norm_backward_rows, norm_param_grads, norm_rows, norm_stats_rows,
+};
+use rill_tests::shapes::{NORM_TEST_COLS, norm_test_rows};
+
+const EPS: f32 = 1e-5;
+
+/// Relative error bound of a norm output stored as `dtype` (measured against the larger
+/// of the value and a floor of about the normalized scale): a few f32 ulps, or half an
+/// ulp of f16 (2^-11) and bf16 (2^-8) with room for the f32 math before the rounding.
+fn tolerance(dtype: DType) -> f64 {
+    match dtype {
+        DType::F32 => 1e-5,
+        DType::F16 => 2e-3,
+        DType::BF16 => 1.6e-2,
+        DType::I64 => 0.0,
+    }
+}
+
+/// dweight and dbias add up to `rows` f32 terms: their error is measured against the sum
+/// of the terms' magnitudes.
+const PARAM_GRAD_TOLERANCE: f64 = 1e-4;
+
+/// The per-row statistics are f32 whatever the dtypes.
+const STATS_TOLERANCE: f64 = 1e-5;
+
+/// Finite differences (f64, central, step 1e-3 of the row's scale) against the backward.
+const FINITE_DIFFERENCE_TOLERANCE: f64 = 1e-2;
+
+/// The mean is an f32: its rounding (a few ulps, 2^-22 relative) reaches y multiplied by
+/// rstd and the weight. Negligible for ordinary rows (|mean| * rstd of a few), it dominates
+/// where the mean dwarfs the spread (constant rows, 1e4 plus noise), and y's floor allows it.
+const MEAN_ROUNDING: f64 = 1.0 / (1u64 << 22) as f64;
+
+pub fn run(suite: &mut Suite) {
+    matrix::<f32, f32, f32>(suite, Coverage::Full);
+    matrix::<f16, f16, f16>(suite, Coverage::Full);
+    matrix::<bf16, bf16, bf16>(suite, Coverage::Full);
+    matrix::<f16, f16, f32>(suite, Coverage::Weights);
+    matrix::<bf16, bf16, f32>(suite, Coverage::Weights);
+    matrix::<f32, f16, f32>(suite, Coverage::Cast);
+    matrix::<f32, bf16, f32>(suite, Coverage::Cast);
+    variants::<f32>(suite);
+    variants::<f16>(suite);
+    variants::<bf16>(suite);
+    misaligned::<f32>(suite);
+    misaligned::<f16>(suite);
+    misaligned::<bf16>(suite);
+    special_rows::<f32>(suite);
+    special_rows::<f16>(suite);
+    special_rows::<bf16>(suite);
+    finite_differences(suite);
+    bad_input(suite);
+    // Last: it faulted before the parameter gradients skipped an absent dweight, and a
+    // faulted context fails every case after it.
+    dbias_without_dweight(suite);
+}
+
+// ---------------------------------------------------------------------------------------------
+// What a case runs
+// ---------------------------------------------------------------------------------------------
+
+/// Which norm, with which optional parts.
+#[derive(Clone, Copy, Debug)]
+struct Spec {
+    kind: NormKind,
+    weight: bool,
+    /// LayerNorm's bias (forward only; the backward's dbias comes with `extras`).
+    bias: bool,
+    /// Normalizes `x + residual`, writing the sum (forward only).
+    residual: bool,
+    /// The forward saves mean (LayerNorm) and rstd; the backward computes dweight (and
+    /// dbias for LayerNorm).
+    extras: bool,
+    eps: f32,
+}
+
+impl Spec {
+    /// LayerNorm with weight and bias, saving its statistics.
+    const LAYER: Spec =
+        Spec { kind: NormKind::LayerNorm, weight: true, bias: true, residual: false, extras: true, eps: EPS };
+    /// RMSNorm with a weight, saving rstd.
+    const RMS: Spec =
+        Spec { kind: NormKind::RmsNorm, weight: true, bias: false, residual: false, extras: true, eps: EPS };
+
+    fn rms(&self) -> bool {
+        self.kind == NormKind::RmsNorm
+    }
+
+    fn add(self) -> Spec {
+        Spec { residual: true, ..self }
+    }
+
+    fn plain(self) -> Spec {
+        Spec { weight: false, bias: false, extras: false, ..self }
+    }
+
+    fn eps(self, eps: f32) -> Spec {
+        Spec { eps, ..self }
+    }
+
+    fn forward_op(&self) -> String {
+        format!("{}{}", if self.residual { "add_" } else { "" }, self.kind.name())
+    }
+
+    /// The optional parts, for the case's name.
+    fn tag(&self, backward: bool) -> String {
+        let mut parts = Vec::new();
+        if self.weight {
+            parts.push("w");
+        }
+        if self.bias && !backward {
+            parts.push("b");
+        }
+        if self.extras {
+            parts.push(if backward { "grads" } else { "stats" });
+        }
+        if parts.is_empty() { "plain".into() } else { parts.join(",") }
+    }
+}
+
+/// Elements before each array's view (0 or 1: one element makes every pack misaligned).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Offsets {
+    /// x, the residual, dy, and the statistics the backward reads.
+    input: usize,
+    /// y, the sum, dx, the saved statistics, dweight and dbias.
+    output: usize,
+    /// The weight and the bias.
+    param: usize,
+}
+
+const ALIGNED: Offsets = Offsets { input: 0, output: 0, param: 0 };
+const MISALIGNED: Offsets = Offsets { input: 1, output: 1, param: 1 };
+
+/// The shape, path and offsets of a case.
+#[derive(Clone, Copy, Debug)]
+struct At {
+    rows: usize,
+    cols: usize,
+    path: Option<PathKind>,
+    offsets: Offsets,
+}
+
+impl At {
+    fn new(rows: usize, cols: usize, path: Option<PathKind>) -> At {
+        At { rows, cols, path, offsets: ALIGNED }
+    }
+
+    fn offset(self, offsets: Offsets) -> At {
+        At { offsets, ..self }
+    }
+
+    fn norm(&self) -> Norm {
+        self.path.map_or_else(Norm::new, Norm::forced)
+    }
+
+    fn name(&self) -> String {
+        let path = self.path.map_or("auto".into(), |p| format!("{p:?}").to_lowercase());
+        let o = self.offsets;
+        let offsets =
+            if o == ALIGNED { String::new() } else { format!("/offset={},{},{}", o.input, o.output, o.param) };
+        format!("[{}, {}]/{path}{offsets}", self.rows, self.cols)
+    }
+}
+
+/// What the rows hold.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Data {
+    /// Rows of three scales (1, 100, 0.01, cycling), each around an offset of up to twice
+    /// its scale: LayerNorm centers them, RMSNorm sees their mean.
+    Mixed,
+    /// One value per row (0 in the first row, else a multiple of 1/8 in [-4, 4], so sums are
+    /// exact): variance 0.
+    Constant,
+    /// 1e4 plus N(0, 1) noise: E[x^2] - E[x]^2 would cancel to nothing in f32.
+    Offset1e4,
+}
+
+impl Data {
+    fn generate<T: Element>(self, rng: &mut Rng, rows: usize, cols: usize) -> Vec<T> {
+        let mut x = Vec::with_capacity(rows * cols);
+        for r in 0..rows {
+            match self {
+                Data::Mixed => {
+                    let scale = [1.0, 100.0, 0.01][r % 3];
+                    let offset = rng.uniform(-2.0, 2.0) * scale;
+                    x.extend((0..cols).map(|_| T::from_f64(offset + scale * rng.uniform(-1.0, 1.0))));
+                }
+                Data::Constant => {
+                    let eighths = if r == 0 { 0.0 } else { (rng.uniform(-32.0, 32.0).round()).clamp(-32.0, 32.0) };
+                    x.extend(std::iter::repeat_n(T::from_f64(eighths / 8.0), cols));
+                }
+                Data::Offset1e4 => x.extend((0..cols).map(|_| T::from_f64(1e4 + normal(rng)))),
+            }
+        }
+        x
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Data::Mixed => "",
+            Data::Constant => "/constant",
+            Data::Offset1e4 => "/1e4+noise",
+        }
+    }
+}
+
+/// A standard normal sample (Box-Muller).
+fn normal(rng: &mut Rng) -> f64 {
+    let u = 1.0 - rng.uniform(0.0, 1.0);
+    (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * rng.uniform(0.0, 1.0)).cos()
+}
+
+fn values<T: Element>(rng: &mut Rng, len: usize, lo: f64, hi: f64) -> Vec<T> {
+    (0..len).map(|_| T::from_f64(rng.uniform(lo, hi))).collect()
+}
+
+/// Weights of magnitude 0.5 to 1.5, either sign.
+fn weights<G: Element>(rng: &mut Rng, cols: usize) -> Vec<G> {
+    (0..cols)
+        .map(|_| {
+            let m = rng.uniform(0.5, 1.5);
+            G::from_f64(if rng.next_u64() & 1 == 0 { m } else { -m })
+        })
+        .collect()
+}
+
+fn f64s<T: Element>(v: &[T]) -> Vec<f64> {
+    v.iter().map(|x| x.to_f64()).collect()
+}
+
+/// `x + residual` as the kernel forms it: added in f32, rounded to nearest even `T`.
+fn residual_sum<T: Element>(x: &[T], residual: &[T]) -> Vec<T> {
+    x.iter().zip(residual).map(|(a, b)| T::from_f64(round_to::<T>(a.to_f64() as f32 + b.to_f64() as f32))).collect()
+}
+
+/// `v` rounded to nearest even `T`, through half's f32 conversions: its f64 ones (half 1.8,
+/// behind `Element::from_f64`) drop the bits below the rounding bit, so -135.31259 becomes
+/// f16 -135.25 rather than -135.375. `T::from_f64` of the (representable) result is exact.
+fn round_to<T: Element>(v: f32) -> f64 {
+    match T::DTYPE {
+        DType::F16 => f16::from_f32(v).to_f64(),
+        DType::BF16 => bf16::from_f32(v).to_f64(),
+        DType::F32 | DType::I64 => v as f64,
+    }
+}
+
+fn dtypes<T: Element, U: Element, G: Element>(weight: bool) -> String {
+    let mut s = T::DTYPE.name().to_string();
+    if U::DTYPE != T::DTYPE {
+        s += &format!("->{}", U::DTYPE.name());
+    }
+    if weight {
+        s += &format!(",w={}", G::DTYPE.name());
+    }
+    s
+}
+
+// ---------------------------------------------------------------------------------------------
+// Paths
+// ---------------------------------------------------------------------------------------------
+
+/// What the dispatcher weighs for a direction: the arrays the shared path caches per row,
+/// and the widest row it chooses the warp path for (forcing it works up to 1024 columns
+/// either way). The backward's widest warp tier holds x and dy and loses to the shared path
+/// past 512 columns (`BACKWARD_WARP_MAX_COLS` in host/src/ops/norm.rs).
+#[derive(Clone, Copy)]
+struct Direction {
+    cached_arrays: usize,
+    warp_max_cols: usize,
+}
+
+const FORWARD: Direction = Direction { cached_arrays: 1, warp_max_cols: 1024 };
+const BACKWARD: Direction = Direction { cached_arrays: 2, warp_max_cols: 512 };
+
+/// Widest row the warp path takes when forced.
+const WARP_MAX_COLS: usize = 1024;
+
+/// Whether a row of `cols` f32 per cached array fits the shared path (the planner keeps 128
+/// bytes for the reductions' scratch: `STATIC_SHARED_BYTES` in host/src/ops/rows/dispatch.rs).
+fn shared_fits(suite: &Suite, cols: usize, direction: Direction) -> bool {
+    let limit = suite.gpu.info().max_shared_bytes_per_block_optin.saturating_sub(128) as usize;
+    cols * 4 * direction.cached_arrays <= limit
+}
+
+/// The path the dispatcher must choose: the warp path up to the direction's width, then
+/// shared memory while the row fits, then uncached.
+fn dispatched(suite: &Suite, cols: usize, direction: Direction) -> PathKind {
+    if cols <= direction.warp_max_cols {
+        PathKind::Warp
+    } else if shared_fits(suite, cols, direction) {
+        PathKind::Shared
+    } else {
+        PathKind::Uncached
+    }
+}
+
+/// The dispatcher's choice (`None`), then every other path the width fits, forced.
+fn paths(suite: &Suite, cols: usize, direction: Direction) -> Vec<Option<PathKind>> {
+    let auto = dispatched(suite, cols, direction);
+    let fits = |path| match path {
+        PathKind::Warp => cols <= WARP_MAX_COLS,
+        PathKind::Shared => shared_fits(suite, cols, direction),
+        PathKind::Uncached => true,
+    };
+    let forced = [PathKind::Warp, PathKind::Shared, PathKind::Uncached].into_iter().filter(|&p| p != auto && fits(p));
+    std::iter::once(None).chain(forced.map(Some)).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Comparisons
+// ---------------------------------------------------------------------------------------------
+
+/// One case's comparisons, each against its own tolerance. The case's error is the worst
+/// ratio of error to tolerance, times the case's limit: it fails when any comparison does,
+/// and the detail names the comparison with its own error and tolerance.
+struct Checks {
+    limit: f64,
+    ratio: f64,
+    detail: String,
+}
+
+impl Checks {
+    fn new(limit: f64) -> Checks {
+        Checks { limit, ratio: 0.0, detail: String::new() }
+    }
+
+    fn fail(&mut self, detail: String) {
+        if self.ratio != f64::INFINITY {
+            self.ratio = f64::INFINITY;
+            self.detail = detail;
+        }
+    }
+
+    /// `got` against `want`, errors relative to `max(|want|, floor(i))`; NaN never passes.
+    fn compare<T: Element>(
+        &mut self,
+        what: &str,
+        got: &[T],
+        want: &[f64],
+        tolerance: f64,
+        floor: impl Fn(usize) -> f64,
+    ) {
+        if let Some(w) = max_error_with_floor(got, want, floor) {
+            // NaN (0 / 0) counts as infinitely wrong.
+            let ratio = if w.error.is_nan() { f64::INFINITY } else { w.error / tolerance };
+            if ratio > self.ratio {
+                self.ratio = ratio;
+                self.detail = format!(
+                    "{what} element {}: got {:e}, want {:e}, error {:e} (tolerance {tolerance:e})",
+                    w.index, w.got, w.want, w.error
+                );
+            }
+        }
+    }
+
+    /// An output without the `offset` elements before its view, which must still hold the
+    /// poison.
+    fn output<'v, T: Element>(&mut self, what: &str, all: &'v [T], offset: usize) -> &'v [T] {
+        if all[..offset].iter().any(|v| !v.to_f64().is_nan()) {
+            self.fail(format!("{what}: wrote before its view"));
+        }
+        &all[offset..]
+    }
+
+    /// The plan took `want` (the forced path, else the dispatcher's) and the widest pack
+    /// unless a row length or an address rules it out.
+    fn plan(&mut self, plan: &Plan, at: &At, want: PathKind, widest: usize) {
+        let pack = if at.cols.is_multiple_of(widest) && at.offsets == ALIGNED { widest } else { 1 };
+        if plan.kind() != want || plan.pack != pack {
+            self.fail(format!("planned {}; want the {want:?} path with pack {pack}", plan.describe()));
+        }
+    }
+
+    fn measured(self, plan: &Plan) -> Measured {
+        Measured { error: self.ratio * self.limit, detail: format!("{}; {}", self.detail, plan.describe()) }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward
+// ---------------------------------------------------------------------------------------------
+
+/// What a forward wrote, each array with the elements before its view.
+struct ForwardRun<T, U> {
+    plan: Plan,
+    y: Vec<U>,
+    sum: Option<Vec<T>>,
+    mean: Option<Vec<f32>>,
+    rstd: Option<Vec<f32>>,
+}
+
+fn options<'a, T: Element, U: Element, G: Element>(
+    mut call: Forward<'a, T, U, G>,
+    bias: Option<&'a View<'_, G>>,
+    residual: Option<(&'a View<'_, T>, &'a mut ViewMut<'_, T>)>,
+    mean: Option<&'a mut ViewMut<'_, f32>>,
+    rstd: Option<&'a mut ViewMut<'_, f32>>,
+) -> Forward<'a, T, U, G> {
+    if let Some(bias) = bias {
+        call = call.bias(bias);
+    }
+    if let Some((residual, sum)) = residual {
+        call = call.residual(residual, sum);
+    }
+    if let Some(mean) = mean {
+        call = call.save_mean(mean);
+    }
+    if let Some(rstd) = rstd {
+        call = call.save_rstd(rstd);
+    }
+    call
+}
+
+/// Uploads the inputs, runs the forward into poisoned outputs, returns them.
+fn launch_forward<T: Element, U: Element, G: Element>(
+    suite: &Suite,
+    spec: &Spec,
+    at: &At,
+    x: &[T],
+    residual: Option<&[T]>,
+    weight: Option<&[G]>,
+    bias: Option<&[G]>,
+) -> rill::Result<ForwardRun<T, U>> {
+    let (rows, cols, o) = (at.rows, at.cols, at.offsets);
+    let shape = [rows, cols];
+    let x_dev = suite.upload(x, o.input)?;
+    let residual_dev = residual.map(|r| suite.upload(r, o.input)).transpose()?;
+    let weight_dev = weight.map(|w| suite.upload(w, o.param)).transpose()?;
+    let bias_dev = bias.map(|b| suite.upload(b, o.param)).transpose()?;
+    let mut y_dev = suite.poisoned::<U>(rows * cols, o.output)?;
+    let mut sum_dev = residual.map(|_| suite.poisoned::<T>(rows * cols, o.output)).transpose()?;
+    let mut mean_dev = (spec.extras && !spec.rms()).then(|| suite.poisoned::<f32>(rows, o.output)).transpose()?;
+    let mut rstd_dev = spec.extras.then(|| suite.poisoned::<f32>(rows, o.output)).transpose()?;
+    let plan = {
+        let x = view_at(&x_dev, o.input, &shape)?;
+        let mut y = view_mut_at(&mut y_dev, o.output, &shape)?;
+        let residual = residual_dev.as_ref().map(|t| view_at(t, o.input, &shape)).transpose()?;
+        let mut sum = sum_dev.as_mut().map(|t| view_mut_at(t, o.output, &shape)).transpose()?;
+        let weight = weight_dev.as_ref().map(|t| view_at(t, o.param, &[cols])).transpose()?;
+        let bias = bias_dev.as_ref().map(|t| view_at(t, o.param, &[cols])).transpose()?;
+        let mut mean = mean_dev.as_mut().map(|t| view_mut_at(t, o.output, &[rows])).transpose()?;
+        let mut rstd = rstd_dev.as_mut().map(|t| view_mut_at(t, o.output, &[rows])).transpose()?;
+        let residual = residual.as_ref().zip(sum.as_mut());
+        let call = Forward::new(&x, &mut y);
+        let (norm, stream) = (at.norm(), &suite.stream);
+        match &weight {
+            Some(w) => norm.forward(
+                stream,
+                spec.kind,
+                spec.eps,
+                options(call.weight(w), bias.as_ref(), residual, mean.as_mut(), rstd.as_mut()),
+            )?,
+            None => {
+                assert!(bias.is_none(), "the cases give a bias only with a weight");
+                norm.forward(stream, spec.kind, spec.eps, options(call, None, residual, mean.as_mut(), rstd.as_mut()))?
+            }
+        }
+    };
+    Ok(ForwardRun {
+        plan,
+        y: y_dev.to_vec()?,
+        sum: sum_dev.map(|t| t.to_vec()).transpose()?,
+        mean: mean_dev.map(|t| t.to_vec()).transpose()?,
+        rstd: rstd_dev.map(|t| t.to_vec()).transpose()?,
+    })
+}
+
+/// A forward of `spec` on random `data`: y, the sum, mean and rstd against f64.
+fn forward_case<T: Element, U: Element, G: Element>(suite: &mut Suite, spec: Spec, at: At, data: Data) {
+    let eps = if spec.eps == EPS { String::new() } else { format!("/eps={}", spec.eps) };
+    let name = format!(
+        "norm/{}/{}/{}/{}{}{eps}",
+        spec.forward_op(),
+        spec.tag(false),
+        dtypes::<T, U, G>(spec.weight),
+        at.name(),
+        data.name()
+    );
+    let limit = tolerance(U::DTYPE);
+    suite.case(&name, limit, |suite, rng| {
+        let (rows, cols) = (at.rows, at.cols);
+        let x: Vec<T> = data.generate(rng, rows, cols);
+        let residual: Option<Vec<T>> = spec.residual.then(|| data.generate(rng, rows, cols));
+        let weight: Option<Vec<G>> = spec.weight.then(|| weights(rng, cols));
+        let bias: Option<Vec<G>> = spec.bias.then(|| values(rng, cols, -1.0, 1.0));
+        let run =
+            launch_forward::<T, U, G>(suite, &spec, &at, &x, residual.as_deref(), weight.as_deref(), bias.as_deref())?;
+        let mut checks = Checks::new(limit);
+        let want_path = at.path.unwrap_or_else(|| dispatched(suite, cols, FORWARD));
+        checks.plan(&run.plan, &at, want_path, max_pack(size_of::<T>(), size_of::<U>()));
+
+        let input: Vec<f64> = match &residual {
+            Some(r) => f64s(&residual_sum(&x, r)),
+            None => f64s(&x),
+        };
+        let stats = norm_stats_rows(&input, cols, spec.rms(), spec.eps as f64);
+        let (w, b) = (weight.as_deref().map(f64s), bias.as_deref().map(f64s));
+        let want = norm_apply_rows(&input, cols, &stats, w.as_deref(), b.as_deref());
+        let tol = tolerance(U::DTYPE);
+        let y = checks.output("y", &run.y, at.offsets.output);
+        // Normalized outputs: absolute error below 1, plus the mean's f32 rounding.
+        let y_floor = |i: usize| {
+            let (mean, rstd) = stats[i / cols];
+            1.0 + MEAN_ROUNDING * mean.abs() * rstd * w.as_ref().map_or(1.0, |w| w[i % cols].abs()) / tol
+        };
+        checks.compare("y", y, &want, tol, y_floor);
+        if let Some(sum) = &run.sum {
+            let got = checks.output("sum", sum, at.offsets.output);
+            // Bit-exact: the emulation rounds the f32 sum to nearest even, as the kernel does.
+            checks.compare("sum", got, &input, f64::MIN_POSITIVE, |_| relative_floor(T::DTYPE));
+        }
+        // Rows of 1e4 plus N(0, 1) have a condition number of 1e4: the uncached path's
+        // one-pass merge of moments loses up to about 1e-5 of rstd to it (the cached paths,
+        // two passes, about 1e-7), where E[x^2] - E[x]^2 would lose everything.
+        let stats_tolerance = if data == Data::Offset1e4 { 1e-4 } else { STATS_TOLERANCE };
+        if let Some(mean) = &run.mean {
+            let got = checks.output("mean", mean, at.offsets.output);
+            let want: Vec<f64> = stats.iter().map(|s| s.0).collect();
+            // Measured against the row's root mean square, the scale of its rounding.
+            let scale: Vec<f64> = input
+                .chunks(cols)
+                .map(|row| (row.iter().map(|v| v * v).sum::<f64>() / cols as f64).sqrt().max(f32::MIN_POSITIVE as f64))
+                .collect();
+            checks.compare("mean", got, &want, STATS_TOLERANCE, |r| scale[r]);
+            if data == Data::Offset1e4 {
+                // y about the kernel's own mean, whose f32 rounding (up to 5e-4 at 1e4) the
+                // check above allows for, relative to its normalized term (plus 1).
+                let about_saved: Vec<(f64, f64)> =
+                    got.iter().zip(&stats).map(|(&m, &(_, rstd))| (m as f64, rstd)).collect();
+                let term = norm_apply_rows(&input, cols, &about_saved, w.as_deref(), None);
+                let want: Vec<f64> =
+                    term.iter().enumerate().map(|(i, v)| v + b.as_ref().map_or(0.0, |b| b[i % cols])).collect();
+                checks.compare("y about the saved mean", y, &want, 1e-4, |i| 1.0 + term[i].abs());
+            }
+        }
+        if let Some(rstd) = &run.rstd {
+            let got = checks.output("rstd", rstd, at.offsets.output);
+            let want: Vec<f64> = stats.iter().map(|s| s.1).collect();
+            checks.compare("rstd", got, &want, stats_tolerance, |_| f32::MIN_POSITIVE as f64);
+        }
+        Ok(checks.measured(&run.plan))
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward
+// ---------------------------------------------------------------------------------------------
+
+/// What a backward wrote, each array with the elements before its view; dweight and dbias
+/// in f32 (which holds every parameter dtype exactly).
+struct BackwardRun<T> {
+    plan: Plan,
+    dx: Vec<T>,
+    dweight: Option<Vec<f32>>,
+    dbias: Option<Vec<f32>>,
+}
+
+fn grad_options<'a, T: Element, H: Element>(
+    mut call: Backward<'a, T, H>,
+    mean: Option<&'a View<'_, f32>>,
+    dweight: Option<&'a mut ViewMut<'_, H>>,
+    dbias: Option<&'a mut ViewMut<'_, H>>,
+) -> Backward<'a, T, H> {
+    if let Some(mean) = mean {
+        call = call.mean(mean);
+    }
+    if let Some(dweight) = dweight {
+        call = call.dweight(dweight);
+    }
+    if let Some(dbias) = dbias {
+        call = call.dbias(dbias);
+    }
+    call
+}
+
+/// dweight and dbias, where asked for.
+type GradBuffers<H> = (Option<Tensor<H>>, Option<Tensor<H>>);
+
+/// dweight (and dbias for LayerNorm) if `spec` asks for them, poisoned.
+fn grad_buffers<H: Element>(suite: &Suite, spec: &Spec, cols: usize, offset: usize) -> rill::Result<GradBuffers<H>> {
+    let dweight = spec.extras.then(|| suite.poisoned::<H>(cols, offset)).transpose()?;
+    let dbias = (spec.extras && !spec.rms()).then(|| suite.poisoned::<H>(cols, offset)).transpose()?;
+    Ok((dweight, dbias))
+}
+
+fn fetch_f32<H: Element>(tensor: Option<Tensor<H>>) -> rill::Result<Option<Vec<f32>>> {
+    match tensor {
+        Some(t) => Ok(Some(t.to_vec()?.into_iter().map(|v| v.to_f64() as f32).collect())),
+        None => Ok(None),
+    }
+}
+
+/// Uploads the inputs and the statistics (rounded to f32, as the forward saves them), runs
+/// the backward into poisoned outputs, returns them.
+fn launch_backward<T: Element, G: Element>(
+    suite: &Suite,
+    spec: &Spec,
+    at: &At,
+    x: &[T],
+    dy: &[T],
+    stats: &[(f64, f64)],
+    weight: Option<&[G]>,
+) -> rill::Result<BackwardRun<T>> {
+    let (rows, cols, o) = (at.rows, at.cols, at.offsets);
+    let shape = [rows, cols];
+    let x_dev = suite.upload(x, o.input)?;
+    let dy_dev = suite.upload(dy, o.input)?;
+    let means: Vec<f32> = stats.iter().map(|s| s.0 as f32).collect();
+    let rstds: Vec<f32> = stats.iter().map(|s| s.1 as f32).collect();
+    let mean_dev = (!spec.rms()).then(|| suite.upload(&means, o.input)).transpose()?;
+    let rstd_dev = suite.upload(&rstds, o.input)?;
+    let weight_dev = weight.map(|w| suite.upload(w, o.param)).transpose()?;
+    let mut dx_dev = suite.poisoned::<T>(rows * cols, o.output)?;
+    let (norm, stream) = (at.norm(), &suite.stream);
+    let (plan, dweight, dbias) = {
+        let x = view_at(&x_dev, o.input, &shape)?;
+        let dy = view_at(&dy_dev, o.input, &shape)?;
+        let rstd = view_at(&rstd_dev, o.input, &[rows])?;
+        let mean = mean_dev.as_ref().map(|t| view_at(t, o.input, &[rows])).transpose()?;
+        let mut dx = view_mut_at(&mut dx_dev, o.output, &shape)?;
+        let call = Backward::new(&x, &dy, &rstd, &mut dx);
+        match &weight_dev {
+            Some(weight_dev) => {
+                let weight = view_at(weight_dev, o.param, &[cols])?;
+                let (mut dweight_dev, mut dbias_dev) = grad_buffers::<G>(suite, spec, cols, o.output)?;
+                let plan = {
+                    let mut dweight = dweight_dev.as_mut().map(|t| view_mut_at(t, o.output, &[cols])).transpose()?;
+                    let mut dbias = dbias_dev.as_mut().map(|t| view_mut_at(t, o.output, &[cols])).transpose()?;
+                    let call = grad_options(call.weight(&weight), mean.as_ref(), dweight.as_mut(), dbias.as_mut());
+                    norm.backward(stream, spec.kind, call)?
+                };
+                (plan, fetch_f32(dweight_dev)?, fetch_f32(dbias_dev)?)
+            }
+            None => {
+                let (mut dweight_dev, mut dbias_dev) = grad_buffers::<f32>(suite, spec, cols, o.output)?;
+                let plan = {
+                    let mut dweight = dweight_dev.as_mut().map(|t| view_mut_at(t, o.output, &[cols])).transpose()?;
+                    let mut dbias = dbias_dev.as_mut().map(|t| view_mut_at(t, o.output, &[cols])).transpose()?;
+                    let call = grad_options(call, mean.as_ref(), dweight.as_mut(), dbias.as_mut());
+                    norm.backward(stream, spec.kind, call)?
+                };
+                (plan, fetch_f32(dweight_dev)?, fetch_f32(dbias_dev)?)
+            }
+        }
+    };
+    Ok(BackwardRun { plan, dx: dx_dev.to_vec()?, dweight, dbias })
+}
+
+/// Compares dweight and dbias with their f64 column sums, against the sums of the terms'
+/// magnitudes; `param` is their dtype (the weight's, or f32 without one).
+fn compare_param_grads(checks: &mut Checks, run: &BackwardRun<impl Element>, want: &ParamGradsWant, param: DType) {
+    let tol = tolerance(param).max(PARAM_GRAD_TOLERANCE);
+    let floor = relative_floor(param);
+    if let Some(dweight) = &run.dweight {
+        let got = checks.output("dweight", dweight, want.offset);
+        checks.compare("dweight", got, &want.grads.dweight, tol, |c| want.grads.dweight_magnitude[c].max(floor));
+    }
+    if let Some(dbias) = &run.dbias {
+        let got = checks.output("dbias", dbias, want.offset);
+        checks.compare("dbias", got, &want.grads.dbias, tol, |c| want.grads.dbias_magnitude[c].max(floor));
+    }
+}
+
+struct ParamGradsWant {
+    grads: rill_tests::reference::NormParamGrads,
+    offset: usize,
+}
+
+/// A backward of `spec` on random `data` and dy: dx (and dweight, dbias) against f64.
+fn backward_case<T: Element, G: Element>(suite: &mut Suite, spec: Spec, at: At, data: Data) {
+    let eps = if spec.eps == EPS { String::new() } else { format!("/eps={}", spec.eps) };
+    let name = format!(
+        "norm/{}_backward/{}/{}/{}{}{eps}",
+        spec.kind.name(),
+        spec.tag(true),
+        dtypes::<T, T, G>(spec.weight),
+        at.name(),
+        data.name()
+    );
+    let limit = tolerance(T::DTYPE);
+    suite.case(&name, limit, |suite, rng| {
+        let (rows, cols) = (at.rows, at.cols);
+        let x: Vec<T> = data.generate(rng, rows, cols);
+        let dy: Vec<T> = values(rng, rows * cols, -1.0, 1.0);
+        let weight: Option<Vec<G>> = spec.weight.then(|| weights(rng, cols));
+        let x64 = f64s(&x);
+        // The forward's statistics as it saves them, in f32: the reference reads what the
+        // kernel reads.
+        let stats: Vec<(f64, f64)> = norm_stats_rows(&x64, cols, spec.rms(), spec.eps as f64)
+            .into_iter()
+            .map(|(m, r)| (m as f32 as f64, r as f32 as f64))
+            .collect();
+        let run = launch_backward::<T, G>(suite, &spec, &at, &x, &dy, &stats, weight.as_deref())?;
+        let mut checks = Checks::new(limit);
+        let want_path = at.path.unwrap_or_else(|| dispatched(suite, cols, BACKWARD));
+        checks.plan(&run.plan, &at, want_path, max_pack(size_of::<T>(), size_of::<T>()));
+
+        let (dy64, w) = (f64s(&dy), weight.as_deref().map(f64s));
+        let want = norm_backward_rows(&x64, &dy64, cols, &stats, spec.rms(), w.as_deref());
+        let magnitude = norm_backward_magnitude_rows(&x64, &dy64, cols, &stats, spec.rms(), w.as_deref());
+        let dx = checks.output("dx", &run.dx, at.offsets.output);
+        let floor = relative_floor(T::DTYPE);
+        checks.compare("dx", dx, &want, tolerance(T::DTYPE), |i| magnitude[i].max(floor));
+        let param = if spec.weight { G::DTYPE } else { DType::F32 };
+        let want = ParamGradsWant { grads: norm_param_grads(&x64, &dy64, cols, &stats), offset: at.offsets.output };
+        compare_param_grads(&mut checks, &run, &want, param);
+        Ok(checks.measured(&run.plan))
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The matrix
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, PartialEq)]
+enum Coverage {
+    /// Every row count; LayerNorm and RMSNorm, each also with the residual; the backward.
+    Full,
+    /// A weight of another dtype: rows 3 and many, every path, each kernel once.
+    Weights,
+    /// An output of another dtype (forward only): rows 3 and many, every path.
+    Cast,
+}
+
+fn matrix<T: Element, U: Element, G: Element>(suite: &mut Suite, coverage: Coverage) {
+    for &cols in NORM_TEST_COLS {
+        for rows in norm_test_rows(cols) {
+            if coverage != Coverage::Full && rows < 3 {
+                continue;
+            }
+            // Forced paths on one, three and many rows.
+            for path in paths(suite, cols, FORWARD).into_iter().filter(|p| p.is_none() || rows != 2) {
+                let at = At::new(rows, cols, path);
+                forward_case::<T, U, G>(suite, Spec::LAYER, at, Data::Mixed);
+                if coverage == Coverage::Full {
+                    forward_case::<T, U, G>(suite, Spec::RMS, at, Data::Mixed);
+                }
+                if rows != 2 {
+                    if coverage == Coverage::Full {
+                        forward_case::<T, U, G>(suite, Spec::LAYER.add(), at, Data::Mixed);
+                    }
+                    forward_case::<T, U, G>(suite, Spec::RMS.add(), at, Data::Mixed);
+                }
+            }
+            if coverage == Coverage::Cast {
+                continue;
+            }
+            for path in paths(suite, cols, BACKWARD).into_iter().filter(|p| p.is_none() || rows != 2) {
+                let at = At::new(rows, cols, path);
+                backward_case::<T, G>(suite, Spec::LAYER, at, Data::Mixed);
+                backward_case::<T, G>(suite, Spec::RMS, at, Data::Mixed);
+            }
+        }
+    }
+}
+
+/// Without weight or bias, weight without bias, the residual without saved statistics, the
+/// backward without weight or without parameter gradients: on widths across the paths and
+/// packs, every path on three rows, the dispatcher's on many.
+fn variants<T: Element>(suite: &mut Suite) {
+    for cols in [1, 32, 33, 1000, 4096, 4097, 50257, 65536] {
+        for rows in [3, norm_test_rows(cols)[3]] {
+            for path in paths(suite, cols, FORWARD).into_iter().filter(|p| p.is_none() || rows == 3) {
+                let at = At::new(rows, cols, path);
+                forward_case::<T, T, T>(suite, Spec::LAYER.plain(), at, Data::Mixed);
+                forward_case::<T, T, T>(suite, Spec { bias: false, ..Spec::LAYER }, at, Data::Mixed);
+                forward_case::<T, T, T>(suite, Spec::RMS.plain(), at, Data::Mixed);
+                forward_case::<T, T, T>(suite, Spec::LAYER.plain().add(), at, Data::Mixed);
+            }
+            for path in paths(suite, cols, BACKWARD).into_iter().filter(|p| p.is_none() || rows == 3) {
+                let at = At::new(rows, cols, path);
+                backward_case::<T, f32>(suite, Spec { weight: false, ..Spec::LAYER }, at, Data::Mixed);
+                backward_case::<T, T>(suite, Spec { extras: false, ..Spec::LAYER }, at, Data::Mixed);
+                backward_case::<T, f32>(suite, Spec::RMS.plain(), at, Data::Mixed);
+            }
+        }
+    }
+}
+
+/// Every array one element into its allocation on widths the widest pack divides (so only
+/// the addresses force pack 1), then one kind of array at a time.
+fn misaligned<T: Element>(suite: &mut Suite) {
+    for cols in [32, 768, 1000, 1024, 4096, 32768, 65536] {
+        for rows in [3, norm_test_rows(cols)[3]] {
+            for path in paths(suite, cols, FORWARD) {
+                let at = At::new(rows, cols, path).offset(MISALIGNED);
+                forward_case::<T, T, T>(suite, Spec::LAYER, at, Data::Mixed);
+                forward_case::<T, T, T>(suite, Spec::RMS.add(), at, Data::Mixed);
+            }
+            for path in paths(suite, cols, BACKWARD) {
+                let at = At::new(rows, cols, path).offset(MISALIGNED);
+                backward_case::<T, T>(suite, Spec::LAYER, at, Data::Mixed);
+                backward_case::<T, T>(suite, Spec::RMS, at, Data::Mixed);
+            }
+        }
+    }
+    for offsets in [
+        Offsets { input: 1, output: 0, param: 0 },
+        Offsets { input: 0, output: 1, param: 0 },
+        Offsets { input: 0, output: 0, param: 1 },
+    ] {
+        let at = At::new(3, 1024, None).offset(offsets);
+        forward_case::<T, T, T>(suite, Spec::LAYER, at, Data::Mixed);
+        forward_case::<T, T, T>(suite, Spec::RMS.add(), at, Data::Mixed);
+        if T::DTYPE != DType::F32 {
+            forward_case::<T, T, f32>(suite, Spec::LAYER, at, Data::Mixed);
+        }
+        backward_case::<T, T>(suite, Spec::LAYER, at, Data::Mixed);
+    }
+    if T::DTYPE == DType::F32 {
+        for path in paths(suite, 1000, FORWARD) {
+            let at = At::new(3, 1000, path).offset(MISALIGNED);
+            forward_case::<f32, f16, f32>(suite, Spec::LAYER, at, Data::Mixed);
+            forward_case::<f32, bf16, f32>(suite, Spec::RMS.add(), at, Data::Mixed);
+        }
+    }
+}
+
+/// Constant rows (variance 0: y is the bias, dx has no xhat term, nothing is NaN), rows of
+/// 1e4 plus noise (f32: in 16 bits the noise rounds away), and eps 0 and 1e-2.
+fn special_rows<T: Element>(suite: &mut Suite) {
+    for cols in [1, 3, 32, 33, 1000, 1024, 4097, 65536] {
+        for path in paths(suite, cols, FORWARD) {
+            let at = At::new(4, cols, path);
+            forward_case::<T, T, T>(suite, Spec::LAYER, at, Data::Constant);
+            forward_case::<T, T, T>(suite, Spec::LAYER.add(), at, Data::Constant);
+            forward_case::<T, T, T>(suite, Spec::RMS, at, Data::Constant);
+        }
+        for path in paths(suite, cols, BACKWARD) {
+            let at = At::new(4, cols, path);
+            backward_case::<T, T>(suite, Spec::LAYER, at, Data::Constant);
+            backward_case::<T, T>(suite, Spec::RMS, at, Data::Constant);
+        }
+    }
+    if T::DTYPE == DType::F32 {
+        for cols in [33, 1000, 4097, 50257, 65536] {
+            for path in paths(suite, cols, FORWARD) {
+                let at = At::new(4, cols, path);
+                forward_case::<T, T, T>(suite, Spec::LAYER, at, Data::Offset1e4);
+                forward_case::<T, T, T>(suite, Spec::RMS, at, Data::Offset1e4);
+            }
+            for path in paths(suite, cols, BACKWARD) {
+                backward_case::<T, T>(suite, Spec::LAYER, At::new(4, cols, path), Data::Offset1e4);
+            }
+        }
+    }
+    // Rows of scale 0.01 have a variance near 3e-5: eps 1e-2 changes their rstd 17-fold.
+    for eps in [0.0, 1e-2] {
+        for cols in [33, 1000, 4097, 65536] {
+            let at = At::new(3, cols, None);
+            forward_case::<T, T, T>(suite, Spec::LAYER.eps(eps), at, Data::Mixed);
+            forward_case::<T, T, T>(suite, Spec::RMS.eps(eps), at, Data::Mixed);
+            backward_case::<T, T>(suite, Spec::LAYER.eps(eps), at, Data::Mixed);
+            backward_case::<T, T>(suite, Spec::RMS.eps(eps), at, Data::Mixed);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finite differences
+// ---------------------------------------------------------------------------------------------
+
+/// The forward (saving its statistics) then the backward with them, against f64 central
+/// differences of `L = sum(y * dy)`: dx, dweight and dbias, on small f32 shapes.
+fn finite_differences(suite: &mut Suite) {
+    let cases = [
+        (Spec::LAYER, 7),
+        (Spec::LAYER, 33),
+        (Spec::RMS, 7),
+        (Spec::RMS, 33),
+        (Spec::LAYER.eps(1e-2), 33),
+        (Spec::RMS.eps(1e-2), 33),
+    ];
+    for (spec, cols) in cases {
+        for path in [None, Some(PathKind::Shared), Some(PathKind::Uncached)] {
+            let at = At::new(3, cols, path);
+            let name = format!(
+                "norm/{}_backward/finite-differences/f32,w=f32/{}/eps={}",
+                spec.kind.name(),
+                at.name(),
+                spec.eps
+            );
+            suite.case(&name, FINITE_DIFFERENCE_TOLERANCE, |suite, rng| finite_difference_case(suite, rng, spec, at));
+        }
+    }
+}
+
+fn finite_difference_case(suite: &mut Suite, rng: &mut Rng, spec: Spec, at: At) -> rill::Result<Measured> {
+    let (rows, cols, rms, eps) = (at.rows, at.cols, spec.rms(), spec.eps as f64);
+    let x: Vec<f32> = Data::Mixed.generate(rng, rows, cols);
+    let weight: Vec<f32> = weights(rng, cols);
+    let bias: Option<Vec<f32>> = spec.bias.then(|| values(rng, cols, -1.0, 1.0));
+    let dy: Vec<f32> = values(rng, rows * cols, -1.0, 1.0);
+    let forward = launch_forward::<f32, f32, f32>(suite, &spec, &at, &x, None, Some(&weight), bias.as_deref())?;
+    let saved: Vec<(f64, f64)> = (0..rows)
+        .map(|r| (forward.mean.as_ref().map_or(0.0, |m| m[r] as f64), forward.rstd.as_ref().unwrap()[r] as f64))
+        .collect();
+    let run = launch_backward::<f32, f32>(suite, &spec, &at, &x, &dy, &saved, Some(&weight))?;
+
+    let (x64, w64, dy64) = (f64s(&x), f64s(&weight), f64s(&dy));
+    let b64 = bias.as_deref().map(f64s);
+    let loss = |x: &[f64], w: &[f64], b: Option<&[f64]>| -> f64 {
+        norm_rows(x, cols, rms, eps, Some(w), b).iter().zip(&dy64).map(|(y, d)| y * d).sum()
+    };
+    let central = |h: f64, f: &dyn Fn(f64) -> f64| (f(h) - f(-h)) / (2.0 * h);
+    let exact = norm_stats_rows(&x64, cols, rms, eps);
+    let dx_fd: Vec<f64> = (0..rows * cols)
+        .map(|i| {
+            // A step of 1e-3 of the row's scale, sqrt(var + eps).
+            let h = 1e-3 / exact[i / cols].1;
+            central(h, &|d| {
+                let mut x = x64.clone();
+                x[i] += d;
+                loss(&x, &w64, b64.as_deref())
+            })
+        })
+        .collect();
+    let dweight_fd: Vec<f64> = (0..cols)
+        .map(|c| {
+            central(1e-3 * w64[c].abs(), &|d| {
+                let mut w = w64.clone();
+                w[c] += d;
+                loss(&x64, &w, b64.as_deref())
+            })
+        })
+        .collect();
+    let dbias_fd: Option<Vec<f64>> = b64.as_ref().map(|b64| {
+        (0..cols)
+            .map(|c| {
+                central(1e-3 * b64[c].abs().max(1e-2), &|d| {
+                    let mut b = b64.clone();
+                    b[c] += d;
+                    loss(&x64, &w64, Some(&b))
+                })
+            })
+            .collect()
+    });
+
+    let mut checks = Checks::new(FINITE_DIFFERENCE_TOLERANCE);
+    let magnitude = norm_backward_magnitude_rows(&x64, &dy64, cols, &exact, rms, Some(&w64));
+    checks.compare("dx", &run.dx, &dx_fd, FINITE_DIFFERENCE_TOLERANCE, |i| magnitude[i]);
+    let grads = norm_param_grads(&x64, &dy64, cols, &exact);
+    if let Some(dweight) = &run.dweight {
+        checks.compare("dweight", dweight, &dweight_fd, FINITE_DIFFERENCE_TOLERANCE, |c| grads.dweight_magnitude[c]);
+    } else {
+        checks.fail("no dweight".into());
+    }
+    match (&run.dbias, &dbias_fd) {
+        (Some(got), Some(want)) => {
+            checks.compare("dbias", got, want, FINITE_DIFFERENCE_TOLERANCE, |c| grads.dbias_magnitude[c])
+        }
+        (None, None) => {}
+        _ => checks.fail("dbias present where it should not be, or missing".into()),
+    }
+    Ok(checks.measured(&run.plan))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad input
+// ---------------------------------------------------------------------------------------------
+
+fn bad_input(suite: &mut Suite) {
+    use NormKind::{LayerNorm, RmsNorm};
+    let gpu = suite.gpu.clone();
+    let make = move |shape: &[usize]| Tensor::<f32>::zeros(&gpu, shape);
+    let norm = Norm::new();
+    let forward = |s: &Suite, kind, eps, x: &[usize], y: &[usize]| -> rill::Result<()> {
+        let (x, mut y) = (make(x)?, make(y)?);
+        norm.forward(&s.stream, kind, eps, Forward::new(&x, &mut y)).map(|_| ())
+    };
+    suite.rejects("norm/errors/output-shape", |s| forward(s, LayerNorm, EPS, &[4, 8], &[4, 9]));
+    suite.rejects("norm/errors/output-transposed", |s| forward(s, RmsNorm, EPS, &[4, 8], &[8, 4]));
+    suite.rejects("norm/errors/empty-rows", |s| forward(s, LayerNorm, EPS, &[0, 8], &[0, 8]));
+    suite.rejects("norm/errors/empty-cols", |s| forward(s, RmsNorm, EPS, &[4, 0], &[4, 0]));
+    suite.rejects("norm/errors/scalar", |s| forward(s, LayerNorm, EPS, &[], &[]));
+    suite.rejects("norm/errors/eps-negative", |s| forward(s, LayerNorm, -1e-5, &[4, 8], &[4, 8]));
+    suite.rejects("norm/errors/eps-nan", |s| forward(s, RmsNorm, f32::NAN, &[4, 8], &[4, 8]));
+    suite.rejects("norm/errors/eps-infinite", |s| forward(s, LayerNorm, f32::INFINITY, &[4, 8], &[4, 8]));
+    suite.rejects("norm/errors/weight-length", |s| {
+        let (x, w, mut y) = (make(&[4, 8])?, make(&[7])?, make(&[4, 8])?);
+        norm.forward(&s.stream, LayerNorm, EPS, Forward::new(&x, &mut y).weight(&w)).map(|_| ())
+    });
+    suite.rejects("norm/errors/weight-2d", |s| {
+        let (x, w, mut y) = (make(&[4, 8])?, make(&[1, 8])?, make(&[4, 8])?);
+        norm.forward(&s.stream, RmsNorm, EPS, Forward::new(&x, &mut y).weight(&w)).map(|_| ())
+    });
+    suite.rejects("norm/errors/bias-length", |s| {
+        let (x, w, b, mut y) = (make(&[4, 8])?, make(&[8])?, make(&[9])?, make(&[4, 8])?);
+        norm.forward(&s.stream, LayerNorm, EPS, Forward::new(&x, &mut y).weight(&w).bias(&b)).map(|_| ())
+    });
+    suite.rejects("norm/errors/rms-norm-bias", |s| {
+        let (x, w, b, mut y) = (make(&[4, 8])?, make(&[8])?, make(&[8])?, make(&[4, 8])?);
+        norm.forward(&s.stream, RmsNorm, EPS, Forward::new(&x, &mut y).weight(&w).bias(&b)).map(|_| ())
+    });
+    suite.rejects("norm/errors/rms-norm-save-mean", |s| {
+        let (x, mut y, mut mean) = (make(&[4, 8])?, make(&[4, 8])?, make(&[4])?);
+        norm.forward(&s.stream, RmsNorm, EPS, Forward::new(&x, &mut y).save_mean(&mut mean)).map(|_| ())
+    });
+    suite.rejects("norm/errors/mean-length", |s| {
+        let (x, mut y, mut mean) = (make(&[4, 8])?, make(&[4, 8])?, make(&[3])?);
+        norm.forward(&s.stream, LayerNorm, EPS, Forward::new(&x, &mut y).save_mean(&mut mean)).map(|_| ())
+    });
+    suite.rejects("norm/errors/rstd-length", |s| {
+        let (x, mut y, mut rstd) = (make(&[4, 8])?, make(&[4, 8])?, make(&[5])?);
+        norm.forward(&s.stream, RmsNorm, EPS, Forward::new(&x, &mut y).save_rstd(&mut rstd)).map(|_| ())
+    });
+    suite.rejects("norm/errors/residual-shape", |s| {
+        let (x, r, mut sum, mut y) = (make(&[4, 8])?, make(&[4, 9])?, make(&[4, 8])?, make(&[4, 8])?);
+        norm.forward(&s.stream, LayerNorm, EPS, Forward::new(&x, &mut y).residual(&r, &mut sum)).map(|_| ())
+    });
+    suite.rejects("norm/errors/sum-shape", |s| {
+        let (x, r, mut sum, mut y) = (make(&[4, 8])?, make(&[4, 8])?, make(&[8, 4])?, make(&[4, 8])?);
+        norm.forward(&s.stream, RmsNorm, EPS, Forward::new(&x, &mut y).residual(&r, &mut sum)).map(|_| ())
+    });
+    suite.rejects("norm/errors/output-dtype", |s| {
+        let x = Tensor::<f16>::zeros(&s.gpu, &[4, 8])?;
+        let mut y = make(&[4, 8])?;
+        norm.forward(&s.stream, LayerNorm, EPS, Forward::new(&x, &mut y)).map(|_| ())
+    });
+    suite.rejects("norm/errors/weight-dtype", |s| {
+        let x = Tensor::<f16>::zeros(&s.gpu, &[4, 8])?;
+        let w = Tensor::<bf16>::zeros(&s.gpu, &[8])?;
+        let mut y = Tensor::<f16>::zeros(&s.gpu, &[4, 8])?;
+        norm.forward(&s.stream, RmsNorm, EPS, Forward::new(&x, &mut y).weight(&w)).map(|_| ())
+    });
+    suite.rejects("norm/errors/forced-warp-too-wide", |s| {
+        let (x, mut y) = (make(&[2, 2048])?, make(&[2, 2048])?);
+        Norm::forced(PathKind::Warp).forward(&s.stream, LayerNorm, EPS, Forward::new(&x, &mut y)).map(|_| ())
+    });
+    suite.rejects("norm/errors/forced-shared-too-wide", |s| {
+        let (x, mut y) = (make(&[2, 1 << 17])?, make(&[2, 1 << 17])?);
+        Norm::forced(PathKind::Shared).forward(&s.stream, RmsNorm, EPS, Forward::new(&x, &mut y)).map(|_| ())
+    });
+
+    // The backward.
+    let backward = |s: &Suite, kind, shapes: [&[usize]; 5], mean: Option<&[usize]>| -> rill::Result<()> {
+        let [x, dy, rstd, dx, weight] = shapes;
+        let (x, dy, rstd, mut dx, weight) = (make(x)?, make(dy)?, make(rstd)?, make(dx)?, make(weight)?);
+        let mean = mean.map(&make).transpose()?;
+        let call = Backward::new(&x, &dy, &rstd, &mut dx).weight(&weight);
+        let call = match &mean {
+            Some(mean) => call.mean(mean),
+            None => call,
+        };
+        norm.backward(&s.stream, kind, call).map(|_| ())
+    };
+    let ok: [&[usize]; 5] = [&[4, 8], &[4, 8], &[4], &[4, 8], &[8]];
+    suite.rejects("norm/errors/backward-layer-norm-without-mean", |s| backward(s, LayerNorm, ok, None));
+    suite.rejects("norm/errors/backward-rms-norm-with-mean", |s| backward(s, RmsNorm, ok, Some(&[4][..])));
+    suite.rejects("norm/errors/backward-mean-length", |s| backward(s, LayerNorm, ok, Some(&[5][..])));
+    suite.rejects("norm/errors/backward-dy-shape", |s| {
+        backward(s, RmsNorm, [&[4, 8], &[4, 9], &[4], &[4, 8], &[8]], None)
+    });
+    suite.rejects("norm/errors/backward-dx-shape", |s| {
+        backward(s, LayerNorm, [&[4, 8], &[4, 8], &[4], &[2, 16], &[8]], Some(&[4][..]))
+    });
+    suite.rejects("norm/errors/backward-rstd-length", |s| {
+        backward(s, RmsNorm, [&[4, 8], &[4, 8], &[3], &[4, 8], &[8]], None)
+    });
+    suite.rejects("norm/errors/backward-weight-length", |s| {
+        backward(s, LayerNorm, [&[4, 8], &[4, 8], &[4], &[4, 8], &[9]], Some(&[4][..]))
+    });
+    suite
+        .rejects("norm/errors/backward-empty", |s| backward(s, RmsNorm, [&[0, 8], &[0, 8], &[0], &[0, 8], &[8]], None));
+    suite.rejects("norm/errors/backward-dweight-length", |s| {
+        let (x, dy, rstd, mut dx, mut dw) = (make(&[4, 8])?, make(&[4, 8])?, make(&[4])?, make(&[4, 8])?, make(&[7])?);
+        norm.backward(&s.stream, RmsNorm, Backward::new(&x, &dy, &rstd, &mut dx).dweight(&mut dw)).map(|_| ())
+    });
+    suite.rejects("norm/errors/backward-rms-norm-dbias", |s| {
+        let (x, dy, rstd, mut dx, mut db) = (make(&[4, 8])?, make(&[4, 8])?, make(&[4])?, make(&[4, 8])?, make(&[8])?);
+        norm.backward(&s.stream, RmsNorm, Backward::new(&x, &dy, &rstd, &mut dx).dbias(&mut db)).map(|_| ())
+    });
+    suite.rejects("norm/errors/backward-weight-dtype", |s| {
+        let x = Tensor::<f16>::zeros(&s.gpu, &[4, 8])?;
+        let dy = Tensor::<f16>::zeros(&s.gpu, &[4, 8])?;
+        let mut dx = Tensor::<f16>::zeros(&s.gpu, &[4, 8])?;
+        let w = Tensor::<bf16>::zeros(&s.gpu, &[8])?;
+        let rstd = make(&[4])?;
+        norm.backward(&s.stream, RmsNorm, Backward::new(&x, &dy, &rstd, &mut dx).weight(&w)).map(|_| ())
+    });
+    suite.rejects("norm/errors/backward-forced-shared-too-wide", |s| {
+        let (x, dy, rstd, mut dx) = (make(&[2, 1 << 16])?, make(&[2, 1 << 16])?, make(&[2])?, make(&[2, 1 << 16])?);
+        Norm::forced(PathKind::Shared).backward(&s.stream, RmsNorm, Backward::new(&x, &dy, &rstd, &mut dx)).map(|_| ())
+    });
+}
+
+/// The LayerNorm backward asked for dbias alone (no weight, no dweight).
+fn dbias_without_dweight(suite: &mut Suite) {
+    let at = At::new(64, 256, None);
+    let name = format!("norm/layer_norm_backward/dbias-only/f32/{}", at.name());
+    suite.case(&name, tolerance(DType::F32), |suite, rng| {
+        let (rows, cols) = (at.rows, at.cols);
+        let x: Vec<f32> = Data::Mixed.generate(rng, rows, cols);
+        let dy: Vec<f32> = values(rng, rows * cols, -1.0, 1.0);
+        let x64 = f64s(&x);
+        let stats: Vec<(f64, f64)> = norm_stats_rows(&x64, cols, false, EPS as f64)
+            .into_iter()
+            .map(|(m, r)| (m as f32 as f64, r as f32 as f64))
+            .collect();
+        let x_dev = Tensor::from_slice(&suite.gpu, &x, &[rows, cols])?;
+        let dy_dev = Tensor::from_slice(&suite.gpu, &dy, &[rows, cols])?;
+        let mean_dev = Tensor::from_slice(&suite.gpu, &stats.iter().map(|s| s.0 as f32).collect::<Vec<_>>(), &[rows])?;
+        let rstd_dev = Tensor::from_slice(&suite.gpu, &stats.iter().map(|s| s.1 as f32).collect::<Vec<_>>(), &[rows])?;
+        let mut dx_dev = suite.poisoned::<f32>(rows * cols, 0)?;
+        let mut dbias_dev = suite.poisoned::<f32>(cols, 0)?;
+        let plan = {
+            let mut dx = dx_dev.view_mut().reshape(&[rows, cols])?;
+            let call = Backward::new(&x_dev, &dy_dev, &rstd_dev, &mut dx).mean(&mean_dev).dbias(&mut dbias_dev);
+            Norm::new().backward(&suite.stream, NormKind::LayerNorm, call)?
+        };
+        let run = BackwardRun { plan, dx: dx_dev.to_vec()?, dweight: None, dbias: Some(dbias_dev.to_vec()?) };
+        let mut checks = Checks::new(tolerance(DType::F32));
+        let dy64 = f64s(&dy);
+        let want = norm_backward_rows(&x64, &dy64, cols, &stats, false, None);
+        let magnitude = norm_backward_magnitude_rows(&x64, &dy64, cols, &stats, false, None);
+        checks.compare("dx", &run.dx, &want, tolerance(DType::F32), |i| magnitude[i].max(f32::MIN_POSITIVE as f64));
+        let want = ParamGradsWant { grads: norm_param_grads(&x64, &dy64, cols, &stats), offset: 0 };
+        compare_param_grads(&mut checks, &run, &want, DType::F32);
+        Ok(checks.measured(&run.plan))
+    });
+}
