@@ -43,6 +43,10 @@ struct Options {
     json: Option<PathBuf>,
     plot_dir: Option<PathBuf>,
     perf: Option<PathBuf>,
+    /// Regenerate the report from a recorded run instead of measuring (no GPU needed).
+    from_json: Option<PathBuf>,
+    /// The device line for a regenerated report.
+    device: Option<String>,
 }
 
 fn main() {
@@ -50,11 +54,26 @@ fn main() {
         Ok(options) => options,
         Err(message) => {
             eprintln!(
-                "error: {message}\nusage: rill-bench [--quick] [--filter TEXT] [--json PATH] [--plot-dir DIR] [--perf PATH] [--profile]"
+                "error: {message}\nusage: rill-bench [--quick] [--filter TEXT] [--json PATH] [--plot-dir DIR] [--perf PATH] [--profile]\n       rill-bench --from-json PATH --device TEXT [--plot-dir DIR] [--perf PATH]"
             );
             std::process::exit(2);
         }
     };
+    if let Some(path) = options.from_json.clone() {
+        let regenerated = std::fs::read_to_string(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))
+            .and_then(|json| report::parse(&json))
+            .map_err(|e| e.into())
+            .and_then(|records| {
+                let device = options.device.clone().unwrap_or_else(|| "an unnamed GPU".into());
+                report_records(&records, &device, &Options { json: None, ..options })
+            });
+        if let Err(error) = regenerated {
+            eprintln!("error: {error}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let gpu = match Gpu::new(0) {
         Ok(gpu) => gpu,
         Err(error) => {
@@ -79,6 +98,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
             "--json" => options.json = Some(value("--json")?.into()),
             "--plot-dir" => options.plot_dir = Some(value("--plot-dir")?.into()),
             "--perf" => options.perf = Some(value("--perf")?.into()),
+            "--from-json" => options.from_json = Some(value("--from-json")?.into()),
+            "--device" => options.device = Some(value("--device")?),
             // Passed by `cargo bench`.
             "--bench" => {}
             other => return Err(format!("unknown argument `{other}`")),
@@ -89,7 +110,13 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
 
 fn run(gpu: Gpu, options: Options) -> Result<(), Box<dyn std::error::Error>> {
     let info = gpu.info().clone();
-    let device = format!("{} ({} SMs, {} MB L2)", info.name, info.multiprocessors, info.l2_bytes >> 20);
+    let (major, minor) = info.driver_api;
+    let device = format!(
+        "{} ({} SMs, {} MB L2; driver for CUDA {major}.{minor})",
+        info.name,
+        info.multiprocessors,
+        info.l2_bytes >> 20
+    );
     println!("device: {device}");
     let mut bench = Bench::new(gpu, options.quick, options.filter.clone())?;
     if options.profile {
@@ -109,12 +136,19 @@ fn run(gpu: Gpu, options: Options) -> Result<(), Box<dyn std::error::Error>> {
     norm_ladder::sweep::<f16>(&mut bench)?;
     norm_ladder::sweep::<bf16>(&mut bench)?;
     eprintln!();
+    let json = options.json.clone().unwrap_or_else(|| PathBuf::from("target/bench/bench.json"));
+    write(&json, &report::to_json(&bench.records))?;
+    report_records(&bench.records, &device, &options)
+}
 
-    let records = &bench.records;
-    let json = options.json.unwrap_or_else(|| PathBuf::from("target/bench/bench.json"));
-    write(&json, &report::to_json(records))?;
+/// The plots, the PERF.md section and the table of `records`.
+fn report_records(
+    records: &[report::Record],
+    device: &str,
+    options: &Options,
+) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(dir) = &options.plot_dir {
-        for (name, svg) in report::plots(records, &device) {
+        for (name, svg) in report::plots(records, device) {
             write(&dir.join(name), &svg)?;
         }
     }
@@ -125,7 +159,7 @@ fn run(gpu: Gpu, options: Options) -> Result<(), Box<dyn std::error::Error>> {
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
             .unwrap_or_default();
         let doc = std::fs::read_to_string(perf).unwrap_or_default();
-        write(perf, &report::splice(&doc, &report::markdown(records, &device, &date)))?;
+        write(perf, &report::splice(&doc, &report::markdown(records, device, &date)))?;
     }
 
     println!("\n{:<31} {:<5} {:>16} {:>10} {:>9} {:>7}  path", "op", "dtype", "shape", "time(us)", "GB/s", "%copy");

@@ -50,7 +50,6 @@ fn extent(record: &Record) -> usize {
 /// number "len" instead of "shape" and no "path" (taken as "-"), so earlier runs stay readable.
 /// Unknown keys are ignored so a newer writer's extra fields don't break an older reader.
 /// Errors name the line, column and byte offset; no input panics.
-#[allow(dead_code, reason = "rill-bench only writes; tests and tools read runs back")]
 pub fn parse(json: &str) -> Result<Vec<Record>, String> {
     let mut parser = Parser { text: json, pos: 0 };
     let records = parser.array()?;

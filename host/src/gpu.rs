@@ -21,6 +21,8 @@ pub struct DeviceInfo {
     /// Shared memory of one SM (carved out of the same storage as its L1 cache).
     pub max_shared_bytes_per_multiprocessor: u32,
     pub l2_bytes: u32,
+    /// The CUDA version the installed driver supports (`cuDriverGetVersion`), e.g. (13, 0).
+    pub driver_api: (u32, u32),
 }
 
 /// A GPU with its primary context and the lazily loaded PTX modules. Cheap to clone.
@@ -55,6 +57,9 @@ impl Gpu {
             max_shared_bytes_per_block_optin: shared_memory_per_block_optin(device)?,
             max_shared_bytes_per_multiprocessor: attribute(DeviceAttribute::MaxSharedMemoryPerMultiprocessor)?,
             l2_bytes: attribute(DeviceAttribute::L2CacheSize)?,
+            driver_api: cust::CudaApiVersion::get()
+                .map(|v| (v.major() as u32, v.minor() as u32))
+                .during("cuDriverGetVersion")?,
         };
         Ok(Gpu { inner: Arc::new(GpuInner { info, modules: Modules::default(), context }) })
     }
