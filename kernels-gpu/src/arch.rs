@@ -331,68 +331,55 @@ mod device {
         }
     }
 
-    /// One access of `bytes` bytes (16, 8, 4 or 2; a constant after inlining), as words.
-    ///
-    /// # Safety
-    /// `addr` must be valid for reads of `bytes` bytes, aligned to `bytes`, and not written
-    /// by anyone during the kernel (the load goes through the read-only path, `.nc`).
-    #[inline(always)]
-    pub unsafe fn load_global_nc(addr: GlobalAddr, bytes: usize) -> [u32; 4] {
-        let mut w = [0u32; 4];
-        // SAFETY: forwarded to the caller; each arm reads exactly `bytes` bytes.
-        unsafe {
-            match bytes {
-                16 => asm!("ld.global.nc.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
-                    a = out(reg32) w[0], b = out(reg32) w[1], c = out(reg32) w[2], d = out(reg32) w[3],
-                    p = in(reg64) addr.0, options(pure, readonly, nostack)),
-                8 => asm!("ld.global.nc.v2.u32 {{{a}, {b}}}, [{p}];",
-                    a = out(reg32) w[0], b = out(reg32) w[1], p = in(reg64) addr.0,
-                    options(pure, readonly, nostack)),
-                4 => asm!("ld.global.nc.u32 {a}, [{p}];", a = out(reg32) w[0], p = in(reg64) addr.0,
-                    options(pure, readonly, nostack)),
-                2 => {
-                    let h: u16;
-                    asm!("ld.global.nc.u16 {h}, [{p}];", h = out(reg16) h, p = in(reg64) addr.0,
-                        options(pure, readonly, nostack));
-                    w[0] = h as u32;
+    /// Defines a read-only global load of 16, 8, 4 or 2 bytes with the `ld.global.nc`
+    /// qualifiers `$hint` (empty, or an L1 eviction hint).
+    macro_rules! global_nc_load {
+        ($(#[$doc:meta])* $name:ident, $hint:literal) => {
+            $(#[$doc])*
+            ///
+            /// # Safety
+            /// `addr` must be valid for reads of `bytes` bytes (16, 8, 4 or 2; a constant after
+            /// inlining), aligned to `bytes`, and not written by anyone during the kernel (the
+            /// load goes through the read-only path, `.nc`).
+            #[inline(always)]
+            pub unsafe fn $name(addr: GlobalAddr, bytes: usize) -> [u32; 4] {
+                let mut w = [0u32; 4];
+                // SAFETY: forwarded to the caller; each arm reads exactly `bytes` bytes.
+                unsafe {
+                    match bytes {
+                        16 => asm!(concat!("ld.global.nc", $hint, ".v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];"),
+                            a = out(reg32) w[0], b = out(reg32) w[1], c = out(reg32) w[2], d = out(reg32) w[3],
+                            p = in(reg64) addr.0, options(pure, readonly, nostack)),
+                        8 => asm!(concat!("ld.global.nc", $hint, ".v2.u32 {{{a}, {b}}}, [{p}];"),
+                            a = out(reg32) w[0], b = out(reg32) w[1], p = in(reg64) addr.0,
+                            options(pure, readonly, nostack)),
+                        4 => asm!(concat!("ld.global.nc", $hint, ".u32 {a}, [{p}];"), a = out(reg32) w[0],
+                            p = in(reg64) addr.0, options(pure, readonly, nostack)),
+                        2 => {
+                            let h: u16;
+                            asm!(concat!("ld.global.nc", $hint, ".u16 {h}, [{p}];"), h = out(reg16) h,
+                                p = in(reg64) addr.0, options(pure, readonly, nostack));
+                            w[0] = h as u32;
+                        }
+                        _ => trap(),
+                    }
                 }
-                _ => trap(),
+                w
             }
-        }
-        w
+        };
     }
 
-    /// As [`load_global_nc`], for data read once: it does not allocate in L1, so streaming
-    /// rows through an SM leaves its L1 to what is re-read (a norm's gamma and beta).
-    ///
-    /// # Safety
-    /// `addr` must be valid for reads of `bytes` bytes, aligned to `bytes`, and not written
-    /// by anyone during the kernel (the load goes through the read-only path, `.nc`).
-    #[inline(always)]
-    pub unsafe fn load_global_stream(addr: GlobalAddr, bytes: usize) -> [u32; 4] {
-        let mut w = [0u32; 4];
-        // SAFETY: forwarded to the caller; each arm reads exactly `bytes` bytes.
-        unsafe {
-            match bytes {
-                16 => asm!("ld.global.nc.L1::no_allocate.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
-                    a = out(reg32) w[0], b = out(reg32) w[1], c = out(reg32) w[2], d = out(reg32) w[3],
-                    p = in(reg64) addr.0, options(pure, readonly, nostack)),
-                8 => asm!("ld.global.nc.L1::no_allocate.v2.u32 {{{a}, {b}}}, [{p}];",
-                    a = out(reg32) w[0], b = out(reg32) w[1], p = in(reg64) addr.0,
-                    options(pure, readonly, nostack)),
-                4 => asm!("ld.global.nc.L1::no_allocate.u32 {a}, [{p}];", a = out(reg32) w[0], p = in(reg64) addr.0,
-                    options(pure, readonly, nostack)),
-                2 => {
-                    let h: u16;
-                    asm!("ld.global.nc.L1::no_allocate.u16 {h}, [{p}];", h = out(reg16) h, p = in(reg64) addr.0,
-                        options(pure, readonly, nostack));
-                    w[0] = h as u32;
-                }
-                _ => trap(),
-            }
-        }
-        w
-    }
+    global_nc_load!(
+        /// One access of `bytes` bytes, as words.
+        load_global_nc,
+        ""
+    );
+    global_nc_load!(
+        /// As [`load_global_nc`], for data read once: it does not allocate in L1, so streaming
+        /// rows through an SM leaves its L1 to what is re-read (a norm's gamma and beta).
+        load_global_stream,
+        ".L1::no_allocate"
+    );
 
     /// Stores the first `bytes` bytes of `w` (16, 8, 4 or 2; a constant after inlining) in
     /// one access.

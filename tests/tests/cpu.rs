@@ -100,9 +100,9 @@ fn paired_16_bit_ops_use_half2_instructions() {
     }
 }
 
-/// Every exported softmax kernel: (symbol, body).
-fn softmax_kernels() -> Vec<(String, String)> {
-    let ptx = PtxModule::Softmax.ptx();
+/// Every exported kernel of `module`: (symbol, body).
+fn kernels_of(module: PtxModule) -> Vec<(String, String)> {
+    let ptx = module.ptx();
     ptx.match_indices(".entry ")
         .map(|(at, _)| {
             let name: String = ptx[at + 7..].chars().take_while(|c| *c != '(').collect();
@@ -113,7 +113,7 @@ fn softmax_kernels() -> Vec<(String, String)> {
 
 #[test]
 fn softmax_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
-    let kernels = softmax_kernels();
+    let kernels = kernels_of(PtxModule::Softmax);
     assert_eq!(kernels.len(), 6 * 5 * 3 * 2, "kinds x paths x dtypes x packs");
     for (name, body) in &kernels {
         assert!(!body.contains(".local"), "{name}: uses local memory");
@@ -153,20 +153,9 @@ fn norm_ladder_kernels_are_one_per_rung_and_dtype_and_climb_as_the_article() {
     }
 }
 
-/// Every exported norm kernel: (symbol, body).
-fn norm_kernels() -> Vec<(String, String)> {
-    let ptx = PtxModule::Norm.ptx();
-    ptx.match_indices(".entry ")
-        .map(|(at, _)| {
-            let name: String = ptx[at + 7..].chars().take_while(|c| *c != '(').collect();
-            (name.clone(), kernel_body(ptx, &name).to_string())
-        })
-        .collect()
-}
-
 #[test]
 fn norm_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
-    let kernels = norm_kernels();
+    let kernels = kernels_of(PtxModule::Norm);
     // Forward and residual-add forward for 7 dtype triples, the backward for 5, on 5 paths
     // with 2 packs each; then the parameter gradients' 6 stage-1 and 3 stage-2 kernels.
     assert_eq!(kernels.len(), (2 * 7 + 5) * 5 * 2 + 6 + 3, "kinds x dtypes x paths x packs + param grads");
