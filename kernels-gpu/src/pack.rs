@@ -65,11 +65,7 @@ impl<T: Scalar, const N: usize> Pack<T, N> {
 
     #[inline(always)]
     pub fn get(&self, lane: usize) -> T {
-        if T::BYTES == 4 {
-            T::from_bits(self.words[lane])
-        } else {
-            T::from_bits((self.words[lane / 2] >> (16 * (lane % 2))) & 0xffff)
-        }
+        lane_of(&self.words, lane)
     }
 
     #[inline(always)]
@@ -92,6 +88,16 @@ impl<T: Scalar, const N: usize> Pack<T, N> {
     #[inline(always)]
     pub fn set_pair(&mut self, i: usize, word: u32) {
         self.words[i] = word;
+    }
+}
+
+/// Element `lane` of the words one access moved (16-bit lanes pair up in words, low first).
+#[inline(always)]
+fn lane_of<T: Scalar>(words: &[u32; 4], lane: usize) -> T {
+    if T::BYTES == 4 {
+        T::from_bits(words[lane])
+    } else {
+        T::from_bits((words[lane / 2] >> (16 * (lane % 2))) & 0xffff)
     }
 }
 
@@ -228,8 +234,7 @@ impl<T: Scalar> ColumnLoad<T> {
                 let words = unsafe { load_global_nc(at, count * T::BYTES) };
                 unroll::<N>(|k| {
                     if k < count {
-                        let bits = if T::BYTES == 4 { words[k] } else { (words[k / 2] >> (16 * (k % 2))) & 0xffff };
-                        out[first + k] = T::from_bits(bits).to_f32();
+                        out[first + k] = lane_of::<T>(&words, k).to_f32();
                     }
                 });
             }
