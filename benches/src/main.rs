@@ -2,7 +2,7 @@
 //! copy measured in the same process, and a profile of a transformer block's ops.
 //!
 //! ```text
-//! rill-bench [--quick] [--filter TEXT] [--json PATH] [--plot-dir DIR] [--perf PATH] [--profile]
+//! rill-bench [--quick] [--filter TEXT] [--dtype f32|f16|bf16] [--cols W,W,..] [--json PATH] [--plot-dir DIR] [--perf PATH] [--profile]
 //! ```
 //! - elementwise ops over lengths 2^16..2^28, the softmax family over the seed articles'
 //!   sweep (49152 rows of 32..32768 columns, 768, 1000; 4096 rows of 50257..262144),
@@ -10,7 +10,7 @@
 //!   parameter gradients) over 49152 rows of 32..32768 columns, 768, 1000 and 4096 rows of
 //!   50257, the RMSNorm optimization ladder's rungs (`rms_norm_ladder/<rung>`, 49152 rows of
 //!   128..32768 columns, 768, 1000), in f32, f16 and bf16; `--quick` a one-minute subset,
-//!   `--filter` ops or families by name;
+//!   `--filter` ops or families by name, `--dtype` one dtype, `--cols` some row widths;
 //! - the table on stdout (op, dtype, shape, path, time, GB/s, % of copy), progress on
 //!   stderr, the records as JSON (`--json`, default target/bench/bench.json), one SVG plot
 //!   per op (`--plot-dir`), and the tables spliced into a Markdown file between
@@ -40,6 +40,10 @@ struct Options {
     quick: bool,
     profile: bool,
     filter: Option<String>,
+    /// Only this dtype (f32, f16 or bf16).
+    dtype: Option<String>,
+    /// Only shapes of these row widths.
+    cols: Option<Vec<usize>>,
     json: Option<PathBuf>,
     plot_dir: Option<PathBuf>,
     perf: Option<PathBuf>,
@@ -54,7 +58,7 @@ fn main() {
         Ok(options) => options,
         Err(message) => {
             eprintln!(
-                "error: {message}\nusage: rill-bench [--quick] [--filter TEXT] [--json PATH] [--plot-dir DIR] [--perf PATH] [--profile]\n       rill-bench --from-json PATH --device TEXT [--plot-dir DIR] [--perf PATH]"
+                "error: {message}\nusage: rill-bench [--quick] [--filter TEXT] [--dtype f32|f16|bf16] [--cols W,W,..] [--json PATH] [--plot-dir DIR] [--perf PATH] [--profile]\n       rill-bench --from-json PATH --device TEXT [--plot-dir DIR] [--perf PATH]"
             );
             std::process::exit(2);
         }
@@ -95,6 +99,15 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
             "--quick" => options.quick = true,
             "--profile" => options.profile = true,
             "--filter" => options.filter = Some(value("--filter")?),
+            "--cols" => {
+                let list = value("--cols")?;
+                let cols = list.split(',').map(|c| c.trim().parse::<usize>()).collect::<Result<Vec<_>, _>>();
+                options.cols = Some(cols.map_err(|_| format!("--cols takes widths like 768,1024, not `{list}`"))?);
+            }
+            "--dtype" => match value("--dtype")?.as_str() {
+                dtype @ ("f32" | "f16" | "bf16") => options.dtype = Some(dtype.to_string()),
+                other => return Err(format!("--dtype takes f32, f16 or bf16, not `{other}`")),
+            },
             "--json" => options.json = Some(value("--json")?.into()),
             "--plot-dir" => options.plot_dir = Some(value("--plot-dir")?.into()),
             "--perf" => options.perf = Some(value("--perf")?.into()),
@@ -118,23 +131,30 @@ fn run(gpu: Gpu, options: Options) -> Result<(), Box<dyn std::error::Error>> {
         info.l2_bytes >> 20
     );
     println!("device: {device}");
-    let mut bench = Bench::new(gpu, options.quick, options.filter.clone())?;
+    let mut bench = Bench::new(gpu, options.quick, options.filter.clone(), options.cols.clone())?;
     if options.profile {
         profile::run(&mut bench)?;
         return Ok(());
     }
-    elementwise::sweep::<f32>(&mut bench)?;
-    elementwise::sweep::<f16>(&mut bench)?;
-    elementwise::sweep::<bf16>(&mut bench)?;
-    softmax::sweep::<f32>(&mut bench)?;
-    softmax::sweep::<f16>(&mut bench)?;
-    softmax::sweep::<bf16>(&mut bench)?;
-    norm::sweep::<f32>(&mut bench)?;
-    norm::sweep::<f16>(&mut bench)?;
-    norm::sweep::<bf16>(&mut bench)?;
-    norm_ladder::sweep::<f32>(&mut bench)?;
-    norm_ladder::sweep::<f16>(&mut bench)?;
-    norm_ladder::sweep::<bf16>(&mut bench)?;
+    let dtype = |name: &str| options.dtype.as_ref().is_none_or(|d| d == name);
+    if dtype("f32") {
+        elementwise::sweep::<f32>(&mut bench)?;
+        softmax::sweep::<f32>(&mut bench)?;
+        norm::sweep::<f32>(&mut bench)?;
+        norm_ladder::sweep::<f32>(&mut bench)?;
+    }
+    if dtype("f16") {
+        elementwise::sweep::<f16>(&mut bench)?;
+        softmax::sweep::<f16>(&mut bench)?;
+        norm::sweep::<f16>(&mut bench)?;
+        norm_ladder::sweep::<f16>(&mut bench)?;
+    }
+    if dtype("bf16") {
+        elementwise::sweep::<bf16>(&mut bench)?;
+        softmax::sweep::<bf16>(&mut bench)?;
+        norm::sweep::<bf16>(&mut bench)?;
+        norm_ladder::sweep::<bf16>(&mut bench)?;
+    }
     eprintln!();
     let json = options.json.clone().unwrap_or_else(|| PathBuf::from("target/bench/bench.json"));
     write(&json, &report::to_json(&bench.records))?;

@@ -10,15 +10,22 @@ pub struct Bench {
     pub stream: Stream,
     pub quick: bool,
     pub filter: Option<String>,
+    /// Only shapes with these row widths (`--cols`).
+    pub cols: Option<Vec<usize>>,
     pub records: Vec<Record>,
     done: usize,
     total: usize,
 }
 
 impl Bench {
-    pub fn new(gpu: Gpu, quick: bool, filter: Option<String>) -> rill::Result<Bench> {
+    pub fn new(gpu: Gpu, quick: bool, filter: Option<String>, cols: Option<Vec<usize>>) -> rill::Result<Bench> {
         let stream = gpu.stream()?;
-        Ok(Bench { gpu, stream, quick, filter, records: Vec::new(), done: 0, total: 0 })
+        Ok(Bench { gpu, stream, quick, filter, cols, records: Vec::new(), done: 0, total: 0 })
+    }
+
+    /// The `(rows, cols)` shapes of `shapes` that `--cols` (if given) keeps.
+    pub fn keep(&self, shapes: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
+        shapes.into_iter().filter(|(_, cols)| self.cols.as_ref().is_none_or(|keep| keep.contains(cols))).collect()
     }
 
     /// Whether the filter (if any) selects op `name` of `family`.

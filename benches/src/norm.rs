@@ -38,7 +38,7 @@ pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
     if ops.is_empty() {
         return Ok(());
     }
-    let shapes = shapes(bench.quick);
+    let shapes = bench.keep(shapes(bench.quick));
     bench.plan(shapes.len() * (ops.len() + 1));
     let gpu = bench.gpu.clone();
     for (rows, cols) in shapes {

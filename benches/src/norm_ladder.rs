@@ -48,7 +48,7 @@ pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
     if rungs.is_empty() {
         return Ok(());
     }
-    let shapes = shapes(bench.quick);
+    let shapes = bench.keep(shapes(bench.quick));
     // The copies are planned as they are measured (none where another sweep has one).
     let steps: usize = shapes.iter().map(|&(_, cols)| rungs_at(cols).filter(|r| rungs.contains(r)).count()).sum();
     bench.plan(steps);

@@ -31,7 +31,7 @@ fn queries(rows: usize, cols: usize) -> usize {
 
 pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
     let dtype = T::DTYPE.name();
-    let shapes = if bench.quick { vec![(49152, 1024), (49152, 8192)] } else { softmax_bench_shapes() };
+    let shapes = bench.keep(if bench.quick { vec![(49152, 1024), (49152, 8192)] } else { softmax_bench_shapes() });
     let ops: Vec<_> = OPS.iter().filter(|(op, _)| bench.wants("softmax", op)).collect();
     if ops.is_empty() {
         return Ok(());

@@ -12,7 +12,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The PTX modules the device crate provides, one cargo feature each.
-pub const MODULES: &[&str] = &["elementwise", "softmax", "norm", "norm_ladder"];
+pub const MODULES: &[&str] = &["elementwise", "softmax", "norm", "norm_ladder", "cluster"];
+
+/// Modules whose instructions need a newer GPU than the default, with the oldest arch they
+/// build for: the cluster module's cluster barriers and distributed shared memory (sm_90).
+const MODULE_MIN_ARCH: &[(&str, u32)] = &[("cluster", 90)];
 
 /// The GPU architecture the PTX targets; the driver JIT-compiles it for newer GPUs.
 pub const DEFAULT_ARCH: &str = "sm_80";
@@ -110,6 +114,7 @@ impl PtxBuild {
 
     fn build_module(&self, module: &str) -> Result<PathBuf, BuildError> {
         let target_dir = self.target_dir.join(module);
+        let arch = module_arch(&self.arch, module);
         let mut cargo = clean_command("cargo");
         cargo
             .current_dir(&self.crate_dir)
@@ -122,7 +127,7 @@ impl PtxBuild {
             // 11.8) for the L1 eviction hints of the streaming loads.
             .env(
                 "CARGO_ENCODED_RUSTFLAGS",
-                format!("-Ctarget-cpu={}\x1f-Ctarget-feature=+ptx78\x1f-Cllvm-args=-inline-threshold=5000", self.arch),
+                format!("-Ctarget-cpu={arch}\x1f-Ctarget-feature=+ptx78\x1f-Cllvm-args=-inline-threshold=5000"),
             );
         let status = cargo.status().map_err(|error| BuildError::Spawn { program: "cargo", error })?;
         if !status.success() {
@@ -150,8 +155,22 @@ fn clean_command(program: &str) -> Command {
     command
 }
 
+/// The arch `module` builds for: `arch`, or the module's minimum where that is newer.
+fn module_arch(arch: &str, module: &str) -> String {
+    let minimum = MODULE_MIN_ARCH.iter().find(|(name, _)| *name == module).map(|&(_, min)| min);
+    match (minimum, arch_number(arch)) {
+        (Some(min), Some(number)) if number < min => format!("sm_{min}"),
+        _ => arch.to_string(),
+    }
+}
+
+/// `90` for `sm_90` (or `sm_90a`).
+fn arch_number(arch: &str) -> Option<u32> {
+    arch.strip_prefix("sm_").and_then(|n| n.trim_end_matches('a').parse::<u32>().ok())
+}
+
 fn check_arch(arch: &str) -> Result<(), BuildError> {
-    match arch.strip_prefix("sm_").and_then(|n| n.trim_end_matches('a').parse::<u32>().ok()) {
+    match arch_number(arch) {
         Some(n) if n >= 80 => Ok(()),
         _ => Err(BuildError::UnsupportedArch(arch.to_string())),
     }
@@ -191,6 +210,13 @@ fn host_triple(crate_dir: &Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cluster_module_builds_for_hopper_at_least() {
+        assert_eq!(module_arch("sm_80", "cluster"), "sm_90");
+        assert_eq!(module_arch("sm_90a", "cluster"), "sm_90a");
+        assert_eq!(module_arch("sm_80", "softmax"), "sm_80");
+    }
 
     #[test]
     fn arch_must_be_ampere_or_newer() {

@@ -5,12 +5,14 @@ use crate::gpu::{DeviceInfo, Stream};
 use crate::module::Kernel;
 use std::ffi::c_void;
 
-/// Grid, block and dynamic shared memory of one launch (1-D grids and blocks).
+/// Grid, block and dynamic shared memory of one launch (1-D grids and blocks), and the
+/// blocks per cluster (1: no clusters).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchConfig {
     pub grid: u32,
     pub block: u32,
     pub shared_bytes: u32,
+    pub cluster: u32,
 }
 
 /// Waves of resident blocks a grid-stride kernel is given at most (OneFlow's kNumWaves):
@@ -27,6 +29,7 @@ pub fn grid_stride_blocks(threads: u64, block: u32, device: &DeviceInfo) -> u32 
 
 /// Launches `kernel` with `params` as its only (by-value) parameter, inside an NVTX range
 /// named after the kernel so profilers show which op it was (a no-op without a profiler).
+/// A launch with clusters goes through `cuLaunchKernelEx`.
 ///
 /// # Safety
 /// `P` must be the `#[repr(C)]` parameter struct the kernel was compiled for, and every
@@ -35,6 +38,15 @@ pub(crate) unsafe fn launch<P: Copy>(stream: &Stream, kernel: Kernel, config: La
     stream.gpu().bind()?;
     let mut param_ptrs = [params as *const P as *mut c_void];
     let _range = crate::nvtx::range(kernel.symbol);
+    if config.cluster > 1 {
+        let mut attribute = clusters::cluster_attribute(config.cluster);
+        let ex = clusters::config(config, stream.raw().as_inner(), &mut attribute);
+        // SAFETY: as below; `ex` points at `attribute`, alive for the call.
+        return unsafe {
+            clusters::cuLaunchKernelEx(&ex, kernel.function, param_ptrs.as_mut_ptr(), std::ptr::null_mut())
+                .during("cuLaunchKernelEx")
+        };
+    }
     // SAFETY: the driver copies the parameter bytes before returning; validity of what they
     // point to is the caller's obligation.
     unsafe {
@@ -52,6 +64,95 @@ pub(crate) unsafe fn launch<P: Copy>(stream: &Stream, kernel: Kernel, config: La
             std::ptr::null_mut(),
         )
         .during("cuLaunchKernel")
+    }
+}
+
+/// Clusters of `config.cluster` blocks of `kernel` that can be resident at once (0: it
+/// cannot launch that way), from the driver's occupancy calculator.
+pub(crate) fn active_clusters(kernel: Kernel, config: LaunchConfig) -> Result<u32> {
+    let mut attribute = clusters::cluster_attribute(config.cluster);
+    let ex = clusters::config(config, std::ptr::null_mut(), &mut attribute);
+    let mut count = 0i32;
+    // SAFETY: writes one int; `ex` points at `attribute`, alive for the call.
+    unsafe {
+        clusters::cuOccupancyMaxActiveClusters(&mut count, kernel.function, &ex)
+            .during("cuOccupancyMaxActiveClusters")?;
+    }
+    Ok(count.max(0) as u32)
+}
+
+/// The driver's extended launch (CUDA 12.0), which cust's CUDA 11 bindings lack: declared
+/// here after `cuda.h`, and used only for launches with clusters.
+mod clusters {
+    use super::LaunchConfig;
+    use cust::sys::{CUfunction, CUresult, CUstream};
+    use std::ffi::c_void;
+
+    /// `CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`.
+    const CLUSTER_DIMENSION: u32 = 4;
+
+    /// `CUlaunchAttribute`: an id, padding to 8 bytes, and a 64-byte value union (for the
+    /// cluster dimension: x, y, z), 8-byte aligned as the union's pointer members make it.
+    #[repr(C, align(8))]
+    pub(super) struct LaunchAttribute {
+        id: u32,
+        pad: u32,
+        value: [u32; 16],
+    }
+
+    /// `CUlaunchConfig`.
+    #[repr(C)]
+    pub(super) struct LaunchConfigEx {
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_bytes: u32,
+        stream: CUstream,
+        attributes: *mut LaunchAttribute,
+        attribute_count: u32,
+    }
+
+    pub(super) fn cluster_attribute(blocks: u32) -> LaunchAttribute {
+        let mut value = [0; 16];
+        value[..3].copy_from_slice(&[blocks, 1, 1]);
+        LaunchAttribute { id: CLUSTER_DIMENSION, pad: 0, value }
+    }
+
+    pub(super) fn config(config: LaunchConfig, stream: CUstream, attribute: &mut LaunchAttribute) -> LaunchConfigEx {
+        LaunchConfigEx {
+            grid: [config.grid, 1, 1],
+            block: [config.block, 1, 1],
+            shared_bytes: config.shared_bytes,
+            stream,
+            attributes: attribute,
+            attribute_count: 1,
+        }
+    }
+
+    unsafe extern "C" {
+        pub(super) fn cuLaunchKernelEx(
+            config: *const LaunchConfigEx,
+            function: CUfunction,
+            params: *mut *mut c_void,
+            extra: *mut *mut c_void,
+        ) -> CUresult;
+        pub(super) fn cuOccupancyMaxActiveClusters(
+            count: *mut i32,
+            function: CUfunction,
+            config: *const LaunchConfigEx,
+        ) -> CUresult;
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn layouts_match_cuda_h() {
+            // sizeof(CUlaunchAttribute) and sizeof(CUlaunchConfig) on x86-64.
+            assert_eq!(size_of::<LaunchAttribute>(), 72);
+            assert_eq!(size_of::<LaunchConfigEx>(), 56);
+            assert_eq!(std::mem::offset_of!(LaunchConfigEx, stream), 32);
+        }
     }
 }
 

@@ -18,11 +18,14 @@ pub enum PtxModule {
     Norm,
     /// The RMSNorm optimization ladder: naive kernels the benchmark compares against.
     NormLadder,
+    /// The cluster path of softmax and the norms, built for sm_90: loaded only on GPUs with
+    /// thread-block clusters.
+    Cluster,
 }
 
 impl PtxModule {
-    pub const ALL: [PtxModule; 4] =
-        [PtxModule::Elementwise, PtxModule::Softmax, PtxModule::Norm, PtxModule::NormLadder];
+    pub const ALL: [PtxModule; 5] =
+        [PtxModule::Elementwise, PtxModule::Softmax, PtxModule::Norm, PtxModule::NormLadder, PtxModule::Cluster];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -30,6 +33,7 @@ impl PtxModule {
             PtxModule::Softmax => "softmax",
             PtxModule::Norm => "norm",
             PtxModule::NormLadder => "norm_ladder",
+            PtxModule::Cluster => "cluster",
         }
     }
 
@@ -40,6 +44,7 @@ impl PtxModule {
             PtxModule::Softmax => include_str!(concat!(env!("OUT_DIR"), "/softmax.ptx")),
             PtxModule::Norm => include_str!(concat!(env!("OUT_DIR"), "/norm.ptx")),
             PtxModule::NormLadder => include_str!(concat!(env!("OUT_DIR"), "/norm_ladder.ptx")),
+            PtxModule::Cluster => include_str!(concat!(env!("OUT_DIR"), "/cluster.ptx")),
         }
     }
 }

@@ -119,17 +119,24 @@ pub const fn max_pack(in_bytes: usize, out_bytes: usize) -> usize {
 /// rows each).
 pub const ROW_WARP_BLOCK_SIZE: u32 = 128;
 
-/// Rows a lane group handles per access on the warp path: two for groups narrower than a
-/// warp in the 8-element tier (more loads in flight for narrow rows), else one (the wider
-/// tiers would need twice the registers).
-pub const fn rows_per_access(elements: usize, width: u32) -> u64 {
-    if elements <= 8 && width < 32 { 2 } else { 1 }
+/// Rows a lane group handles per access on the warp path: two in the 8-element tier, so a
+/// lane keeps two packs in flight (with one, 16-bit rows of 256 columns, a pack per lane,
+/// ran at 70% of copy on the H100), else one (the wider tiers already hold two or more
+/// packs a row, and a second row would double their registers).
+pub const fn rows_per_access(elements: usize) -> u64 {
+    if elements <= 8 { 2 } else { 1 }
 }
 
 /// Path codes of the row-wise kernels (softmax, norms): a warp path holds `code` elements
 /// per thread per row in registers (8, 16 or 32); these two are the block paths.
 pub const ROW_PATH_SHARED: usize = 1;
 pub const ROW_PATH_UNCACHED: usize = 0;
+/// A cluster of blocks per row, each caching a slice of it: rows too long for one block's
+/// shared memory (sm_90; the cluster module holds these kernels).
+pub const ROW_PATH_CLUSTER: usize = 2;
+
+/// Blocks per cluster the cluster path is launched with: within the portable limit of 8.
+pub const ROW_CLUSTER_SIZES: [u32; 3] = [2, 4, 8];
 
 /// The `(rows, cols)` view a row-wise kernel works on, and its warp path's group width.
 #[repr(C)]
@@ -196,24 +203,37 @@ macro_rules! softmax_symbol {
     };
 }
 
-/// Calls `$apply!(kind path code dtype pack)` for every softmax kernel: each kind, each
-/// path, each dtype with its widest pack and with pack 1 (for rows not aligned to a pack).
+/// Calls `$apply!(kind path code dtype pack)` for every softmax kernel of the main module:
+/// each kind, each path, each dtype with its widest pack and with pack 1 (for rows not
+/// aligned to a pack). `@paths [...]` gives the same table for other paths.
 #[macro_export]
 macro_rules! for_each_softmax_kernel {
     ($apply:ident) => {
+        $crate::for_each_softmax_kernel!(@paths $apply
+            [(warp8 8) (warp16 16) (warp24 24) (warp32 32) (shared 1) (uncached 0)]);
+    };
+    (@paths $apply:ident $paths:tt) => {
         $crate::for_each_softmax_kernel!(@kinds $apply
             [forward backward scale_mask causal cross_entropy cross_entropy_backward]
-            [(warp8 8) (warp16 16) (warp32 32) (shared 1) (uncached 0)]
+            $paths
             [(f32 4) (f16 8) (bf16 8)]);
     };
     (@kinds $apply:ident [$($kind:ident)*] $paths:tt $dtypes:tt) => {
-        $($crate::for_each_softmax_kernel!(@paths $apply $kind $paths $dtypes);)*
+        $($crate::for_each_softmax_kernel!(@kind $apply $kind $paths $dtypes);)*
     };
-    (@paths $apply:ident $kind:ident [$(($path:ident $code:literal))*] $dtypes:tt) => {
+    (@kind $apply:ident $kind:ident [$(($path:ident $code:literal))*] $dtypes:tt) => {
         $($crate::for_each_softmax_kernel!(@dtypes $apply $kind $path $code $dtypes);)*
     };
     (@dtypes $apply:ident $kind:ident $path:ident $code:literal [$(($dtype:ident $pack:literal))*]) => {
         $($apply!($kind $path $code $dtype $pack); $apply!($kind $path $code $dtype 1);)*
+    };
+}
+
+/// [`for_each_softmax_kernel`] for the cluster path: the cluster module's kernels.
+#[macro_export]
+macro_rules! for_each_softmax_cluster_kernel {
+    ($apply:ident) => {
+        $crate::for_each_softmax_kernel!(@paths $apply [(cluster 2)]);
     };
 }
 
@@ -303,27 +323,39 @@ macro_rules! norm_symbol {
     };
 }
 
-/// Calls `$apply!(kind path code x y param pack)` for every norm row kernel: the forwards
-/// for each (x, y, gamma/beta) dtype triple, output casts included; the backward for the
-/// triples whose output is the input dtype; each path; the widest pack and pack 1.
+/// Calls `$apply!(kind path code x y param pack)` for every norm row kernel of the main
+/// module: the forwards for each (x, y, gamma/beta) dtype triple, output casts included;
+/// the backward for the triples whose output is the input dtype; each path; the widest pack
+/// and pack 1. `@paths [...]` gives the same table for other paths.
 #[macro_export]
 macro_rules! for_each_norm_kernel {
     ($apply:ident) => {
-        $crate::for_each_norm_kernel!(@kinds $apply [forward add_forward]
+        $crate::for_each_norm_kernel!(@paths $apply
+            [(warp8 8) (warp16 16) (warp24 24) (warp32 32) (shared 1) (uncached 0)]);
+    };
+    (@paths $apply:ident $paths:tt) => {
+        $crate::for_each_norm_kernel!(@kinds $apply [forward add_forward] $paths
             [(f32 f32 f32 4) (f16 f16 f16 8) (f16 f16 f32 8) (bf16 bf16 bf16 8) (bf16 bf16 f32 8)
              (f32 f16 f32 4) (f32 bf16 f32 4)]);
-        $crate::for_each_norm_kernel!(@kinds $apply [backward]
+        $crate::for_each_norm_kernel!(@kinds $apply [backward] $paths
             [(f32 f32 f32 4) (f16 f16 f16 8) (f16 f16 f32 8) (bf16 bf16 bf16 8) (bf16 bf16 f32 8)]);
     };
-    (@kinds $apply:ident [$($kind:ident)*] $types:tt) => {
-        $($crate::for_each_norm_kernel!(@paths $apply $kind
-            [(warp8 8) (warp16 16) (warp32 32) (shared 1) (uncached 0)] $types);)*
+    (@kinds $apply:ident [$($kind:ident)*] $paths:tt $types:tt) => {
+        $($crate::for_each_norm_kernel!(@kind $apply $kind $paths $types);)*
     };
-    (@paths $apply:ident $kind:ident [$(($path:ident $code:literal))*] $types:tt) => {
+    (@kind $apply:ident $kind:ident [$(($path:ident $code:literal))*] $types:tt) => {
         $($crate::for_each_norm_kernel!(@types $apply $kind $path $code $types);)*
     };
     (@types $apply:ident $kind:ident $path:ident $code:literal [$(($x:ident $y:ident $param:ident $pack:literal))*]) => {
         $($apply!($kind $path $code $x $y $param $pack); $apply!($kind $path $code $x $y $param 1);)*
+    };
+}
+
+/// [`for_each_norm_kernel`] for the cluster path: the cluster module's kernels.
+#[macro_export]
+macro_rules! for_each_norm_cluster_kernel {
+    ($apply:ident) => {
+        $crate::for_each_norm_kernel!(@paths $apply [(cluster 2)]);
     };
 }
 

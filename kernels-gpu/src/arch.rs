@@ -294,6 +294,172 @@ mod device {
         p as *mut f32
     }
 
+    /// An address in the block's shared-memory window (what `ld.shared`/`st.shared` take).
+    #[derive(Clone, Copy)]
+    pub struct SharedAddr(u32);
+
+    impl SharedAddr {
+        /// This address advanced by `bytes`.
+        #[inline(always)]
+        pub fn offset(self, bytes: u32) -> Self {
+            SharedAddr(self.0 + bytes)
+        }
+    }
+
+    /// Start of the block's dynamic shared memory (sized by the launch), as a shared-window
+    /// address.
+    #[inline(always)]
+    pub fn dynamic_shared_addr() -> SharedAddr {
+        let a: u32;
+        // SAFETY: takes the shared-window address of the dynamic shared array declared above.
+        unsafe {
+            asm!("mov.u32 {a}, rill_dynamic_shared;", a = out(reg32) a, options(pure, nomem, nostack));
+        }
+        SharedAddr(a)
+    }
+
+    /// Loads `bytes` bytes (16, 8, 4 or 2; a constant after inlining) of shared memory in one
+    /// access, as words. Not `pure`: shared memory changes under it, so it stays in program
+    /// order with the stores.
+    ///
+    /// # Safety
+    /// `addr` must be inside the block's shared memory, valid for reads of `bytes` bytes
+    /// and aligned to `bytes`.
+    #[inline(always)]
+    pub unsafe fn load_shared(addr: SharedAddr, bytes: usize) -> [u32; 4] {
+        let mut w = [0u32; 4];
+        // SAFETY: forwarded to the caller; each arm reads exactly `bytes` bytes.
+        unsafe {
+            match bytes {
+                16 => asm!("ld.shared.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+                    a = out(reg32) w[0], b = out(reg32) w[1], c = out(reg32) w[2], d = out(reg32) w[3],
+                    p = in(reg32) addr.0, options(readonly, nostack)),
+                8 => asm!("ld.shared.v2.u32 {{{a}, {b}}}, [{p}];", a = out(reg32) w[0], b = out(reg32) w[1],
+                    p = in(reg32) addr.0, options(readonly, nostack)),
+                4 => asm!("ld.shared.u32 {a}, [{p}];", a = out(reg32) w[0], p = in(reg32) addr.0,
+                    options(readonly, nostack)),
+                2 => {
+                    let h: u16;
+                    asm!("ld.shared.u16 {h}, [{p}];", h = out(reg16) h, p = in(reg32) addr.0,
+                        options(readonly, nostack));
+                    w[0] = h as u32;
+                }
+                _ => trap(),
+            }
+        }
+        w
+    }
+
+    /// Starts copying `bytes` (16, 8 or 4; a constant after inlining) from global to shared
+    /// memory without passing through registers (`cp.async`, sm_80): 16-byte copies bypass
+    /// L1 (`.cg`). The data is there once this thread has run [`wait_async_copies`].
+    ///
+    /// # Safety
+    /// `src` must be valid for reads and `dst` inside the block's shared memory, both for
+    /// `bytes` and aligned to them; nobody writes `src` during the kernel.
+    #[inline(always)]
+    pub unsafe fn copy_async(dst: SharedAddr, src: GlobalAddr, bytes: usize) {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            match bytes {
+                16 => asm!("cp.async.cg.shared.global [{d}], [{s}], 16;", d = in(reg32) dst.0, s = in(reg64) src.0,
+                    options(nostack)),
+                8 => asm!("cp.async.ca.shared.global [{d}], [{s}], 8;", d = in(reg32) dst.0, s = in(reg64) src.0,
+                    options(nostack)),
+                4 => asm!("cp.async.ca.shared.global [{d}], [{s}], 4;", d = in(reg32) dst.0, s = in(reg64) src.0,
+                    options(nostack)),
+                _ => trap(),
+            }
+        }
+    }
+
+    /// Waits until this thread's [`copy_async`] copies have landed (`cp.async.wait_all`).
+    #[inline(always)]
+    pub fn wait_async_copies() {
+        // SAFETY: waits on this thread's own copies only.
+        unsafe { asm!("cp.async.wait_all;", options(nostack)) };
+    }
+
+    #[cfg(feature = "cluster")]
+    global_asm!(".shared .align 16 .b8 rill_cluster_slots[16];");
+
+    /// Two alternating slots of 8 bytes in static shared memory, where a block leaves its
+    /// part of a cluster-wide reduction for the other blocks to read.
+    #[cfg(feature = "cluster")]
+    #[inline(always)]
+    pub fn cluster_slots() -> SharedAddr {
+        let a: u32;
+        // SAFETY: takes the shared-window address of the static array declared above.
+        unsafe { asm!("mov.u32 {a}, rill_cluster_slots;", a = out(reg32) a, options(pure, nomem, nostack)) };
+        SharedAddr(a)
+    }
+
+    macro_rules! special_register {
+        ($(#[$doc:meta])* $name:ident, $register:literal) => {
+            $(#[$doc])*
+            #[cfg(feature = "cluster")]
+            #[inline(always)]
+            pub fn $name() -> u32 {
+                let r: u32;
+                // SAFETY: reads a special register (sm_90).
+                unsafe { asm!(concat!("mov.u32 {r}, ", $register, ";"), r = out(reg32) r, options(pure, nomem, nostack)) };
+                r
+            }
+        };
+    }
+
+    special_register!(
+        /// This block's rank in its cluster.
+        cluster_rank,
+        "%cluster_ctarank"
+    );
+    special_register!(
+        /// Blocks per cluster.
+        cluster_blocks,
+        "%cluster_nctarank"
+    );
+    special_register!(
+        /// This block's cluster, along x.
+        cluster_id,
+        "%clusterid.x"
+    );
+    special_register!(
+        /// Clusters in the grid, along x.
+        clusters,
+        "%nclusterid.x"
+    );
+
+    /// Cluster-wide barrier: every thread of every block of the cluster arrives (releasing
+    /// its shared-memory writes: `arrive`'s default semantics) and waits (acquiring the
+    /// others': `wait`'s default; PTX ISA 7.8 has no explicit qualifiers for either).
+    ///
+    /// # Safety
+    /// Every thread of every block of the cluster must call it, the same number of times.
+    #[cfg(feature = "cluster")]
+    #[inline(always)]
+    pub unsafe fn cluster_sync() {
+        // SAFETY: forwarded to the caller.
+        unsafe { asm!("barrier.cluster.arrive.aligned;", "barrier.cluster.wait.aligned;", options(nostack)) };
+    }
+
+    /// The word at `addr` in the shared memory of block `rank` of this cluster
+    /// (distributed shared memory: `mapa`, then `ld.shared::cluster`).
+    ///
+    /// # Safety
+    /// `rank` must be a block of this cluster, still running, and `addr` a 4-byte-aligned
+    /// address of shared memory that block has written and synchronized (cluster barrier).
+    #[cfg(feature = "cluster")]
+    #[inline(always)]
+    pub unsafe fn load_shared_remote(addr: SharedAddr, rank: u32) -> u32 {
+        let w: u32;
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            asm!("{{ .reg .u32 m; mapa.shared::cluster.u32 m, {a}, {r}; ld.shared::cluster.u32 {w}, [m]; }}",
+                w = out(reg32) w, a = in(reg32) addr.0, r = in(reg32) rank, options(readonly, nostack));
+        }
+        w
+    }
+
     /// Start of the block's dynamic shared memory (sized by the launch), as a generic pointer.
     #[inline(always)]
     pub fn dynamic_shared<T>() -> *mut T {
@@ -332,9 +498,10 @@ mod device {
     }
 
     /// Defines a read-only global load of 16, 8, 4 or 2 bytes with the `ld.global.nc`
-    /// qualifiers `$hint` (empty, or an L1 eviction hint).
+    /// qualifiers `$hint` (empty, or an L1 eviction hint); `$($pure)?` lets the compiler
+    /// move, merge or drop it like arithmetic.
     macro_rules! global_nc_load {
-        ($(#[$doc:meta])* $name:ident, $hint:literal) => {
+        ($(#[$doc:meta])* $name:ident, $hint:literal $(, $pure:ident)?) => {
             $(#[$doc])*
             ///
             /// # Safety
@@ -349,16 +516,16 @@ mod device {
                     match bytes {
                         16 => asm!(concat!("ld.global.nc", $hint, ".v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];"),
                             a = out(reg32) w[0], b = out(reg32) w[1], c = out(reg32) w[2], d = out(reg32) w[3],
-                            p = in(reg64) addr.0, options(pure, readonly, nostack)),
+                            p = in(reg64) addr.0, options($($pure,)? readonly, nostack)),
                         8 => asm!(concat!("ld.global.nc", $hint, ".v2.u32 {{{a}, {b}}}, [{p}];"),
                             a = out(reg32) w[0], b = out(reg32) w[1], p = in(reg64) addr.0,
-                            options(pure, readonly, nostack)),
+                            options($($pure,)? readonly, nostack)),
                         4 => asm!(concat!("ld.global.nc", $hint, ".u32 {a}, [{p}];"), a = out(reg32) w[0],
-                            p = in(reg64) addr.0, options(pure, readonly, nostack)),
+                            p = in(reg64) addr.0, options($($pure,)? readonly, nostack)),
                         2 => {
                             let h: u16;
                             asm!(concat!("ld.global.nc", $hint, ".u16 {h}, [{p}];"), h = out(reg16) h,
-                                p = in(reg64) addr.0, options(pure, readonly, nostack));
+                                p = in(reg64) addr.0, options($($pure,)? readonly, nostack));
                             w[0] = h as u32;
                         }
                         _ => trap(),
@@ -372,38 +539,67 @@ mod device {
     global_nc_load!(
         /// One access of `bytes` bytes, as words.
         load_global_nc,
+        "",
+        pure
+    );
+    global_nc_load!(
+        /// As [`load_global_nc`], but kept where the program puts it: per-column data (a
+        /// norm's gamma and beta) that the compiler hoisted above a row's reductions held
+        /// registers across them and cost occupancy.
+        load_global_nc_in_place,
         ""
     );
     global_nc_load!(
         /// As [`load_global_nc`], for data read once: it does not allocate in L1, so streaming
         /// rows through an SM leaves its L1 to what is re-read (a norm's gamma and beta).
         load_global_stream,
-        ".L1::no_allocate"
+        ".L1::no_allocate",
+        pure
     );
 
-    /// Stores the first `bytes` bytes of `w` (16, 8, 4 or 2; a constant after inlining) in
-    /// one access.
-    ///
-    /// # Safety
-    /// `addr` must be valid for writes of `bytes` bytes and aligned to `bytes`.
-    #[inline(always)]
-    pub unsafe fn store_global(addr: GlobalAddr, bytes: usize, w: [u32; 4]) {
-        // SAFETY: forwarded to the caller; each arm writes exactly `bytes` bytes.
-        unsafe {
-            match bytes {
-                16 => asm!("st.global.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};",
-                    p = in(reg64) addr.0, a = in(reg32) w[0], b = in(reg32) w[1], c = in(reg32) w[2],
-                    d = in(reg32) w[3], options(nostack)),
-                8 => asm!("st.global.v2.u32 [{p}], {{{a}, {b}}};",
-                    p = in(reg64) addr.0, a = in(reg32) w[0], b = in(reg32) w[1], options(nostack)),
-                4 => asm!("st.global.u32 [{p}], {a};", p = in(reg64) addr.0, a = in(reg32) w[0],
-                    options(nostack)),
-                2 => asm!("st.global.u16 [{p}], {h};", p = in(reg64) addr.0, h = in(reg16) w[0] as u16,
-                    options(nostack)),
-                _ => trap(),
+    /// Defines a store of the first `bytes` bytes of `w` (16, 8, 4 or 2; a constant after
+    /// inlining) in one access to state space `$space`, at an `$addr` held in `$reg`.
+    macro_rules! vector_store {
+        ($(#[$doc:meta])* $name:ident, $space:literal, $addr:ty, $reg:ident) => {
+            $(#[$doc])*
+            ///
+            /// # Safety
+            /// `addr` must be valid for writes of `bytes` bytes and aligned to `bytes`.
+            #[inline(always)]
+            pub unsafe fn $name(addr: $addr, bytes: usize, w: [u32; 4]) {
+                // SAFETY: forwarded to the caller; each arm writes exactly `bytes` bytes.
+                unsafe {
+                    match bytes {
+                        16 => asm!(concat!("st.", $space, ".v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};"),
+                            p = in($reg) addr.0, a = in(reg32) w[0], b = in(reg32) w[1], c = in(reg32) w[2],
+                            d = in(reg32) w[3], options(nostack)),
+                        8 => asm!(concat!("st.", $space, ".v2.u32 [{p}], {{{a}, {b}}};"),
+                            p = in($reg) addr.0, a = in(reg32) w[0], b = in(reg32) w[1], options(nostack)),
+                        4 => asm!(concat!("st.", $space, ".u32 [{p}], {a};"), p = in($reg) addr.0,
+                            a = in(reg32) w[0], options(nostack)),
+                        2 => asm!(concat!("st.", $space, ".u16 [{p}], {h};"), p = in($reg) addr.0,
+                            h = in(reg16) w[0] as u16, options(nostack)),
+                        _ => trap(),
+                    }
+                }
             }
-        }
+        };
     }
+
+    vector_store!(
+        /// Stores to global memory.
+        store_global,
+        "global",
+        GlobalAddr,
+        reg64
+    );
+    vector_store!(
+        /// Stores to the block's shared memory.
+        store_shared,
+        "shared",
+        SharedAddr,
+        reg32
+    );
 
     macro_rules! paired {
         ($(#[$doc:meta])* $name:ident, $args:literal, ($($arg:ident),*)) => {

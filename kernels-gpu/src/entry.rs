@@ -26,46 +26,49 @@ mod elementwise {
     for_each_elementwise_kernel!(elementwise_entries);
 }
 
+/// A softmax-family entry point for `(kind path code dtype pack)`.
 #[cfg(feature = "softmax")]
-mod softmax {
-    use crate::abi::SoftmaxArgs;
-    #[allow(unused_imports)]
-    use crate::scalar::bf16;
-    use crate::{for_each_softmax_kernel, softmax_symbol};
-
-    macro_rules! softmax_entry {
-        ($kind:ident $path:ident $code:literal $dtype:ident $pack:literal) => {
-            const _: () = {
-                #[unsafe(export_name = softmax_symbol!($kind, $path, $dtype, $pack))]
-                unsafe extern "ptx-kernel" fn entry(args: SoftmaxArgs) {
-                    // SAFETY: the host validated `args` and planned the launch for this path.
-                    unsafe { crate::ops::softmax::$kind::<$dtype, $pack, $code>(&args) }
-                }
-            };
+macro_rules! softmax_entry {
+    ($kind:ident $path:ident $code:literal $dtype:ident $pack:literal) => {
+        const _: () = {
+            #[unsafe(export_name = $crate::softmax_symbol!($kind, $path, $dtype, $pack))]
+            unsafe extern "ptx-kernel" fn entry(args: $crate::abi::SoftmaxArgs) {
+                #[allow(unused_imports)]
+                use $crate::scalar::bf16;
+                // SAFETY: the host validated `args` and planned the launch for this path.
+                unsafe { $crate::ops::softmax::$kind::<$dtype, $pack, $code>(&args) }
+            }
         };
-    }
-
-    for_each_softmax_kernel!(softmax_entry);
+    };
 }
 
+/// A norm row-kernel entry point for `(kind path code x y param pack)`.
 #[cfg(feature = "norm")]
+macro_rules! norm_entry {
+    ($kind:ident $path:ident $code:literal $x:ident $y:ident $param:ident $pack:literal) => {
+        const _: () = {
+            #[unsafe(export_name = $crate::norm_symbol!($kind, $path, $x, $y, $param, $pack))]
+            unsafe extern "ptx-kernel" fn entry(args: $crate::abi::NormArgs) {
+                #[allow(unused_imports)]
+                use $crate::scalar::bf16;
+                // SAFETY: the host validated `args` and planned the launch for this path.
+                unsafe { $crate::ops::norm::$kind::<$x, $y, $param, $pack, $code>(&args) }
+            }
+        };
+    };
+}
+
+#[cfg(all(feature = "softmax", not(feature = "cluster")))]
+crate::for_each_softmax_kernel!(softmax_entry);
+
+#[cfg(all(feature = "norm", not(feature = "cluster")))]
 mod norm {
-    use crate::abi::{NormArgs, NormParamGradArgs};
+    use crate::abi::NormParamGradArgs;
     #[allow(unused_imports)]
     use crate::scalar::bf16;
     use crate::{for_each_norm_kernel, for_each_norm_param_grad_kernel, norm_symbol};
 
-    macro_rules! norm_entry {
-        ($kind:ident $path:ident $code:literal $x:ident $y:ident $param:ident $pack:literal) => {
-            const _: () = {
-                #[unsafe(export_name = norm_symbol!($kind, $path, $x, $y, $param, $pack))]
-                unsafe extern "ptx-kernel" fn entry(args: NormArgs) {
-                    // SAFETY: the host validated `args` and planned the launch for this path.
-                    unsafe { crate::ops::norm::$kind::<$x, $y, $param, $pack, $code>(&args) }
-                }
-            };
-        };
-    }
+    for_each_norm_kernel!(norm_entry);
 
     macro_rules! param_grad_entry {
         ($x:ident $pack:literal) => {
@@ -91,8 +94,14 @@ mod norm {
         };
     }
 
-    for_each_norm_kernel!(norm_entry);
     for_each_norm_param_grad_kernel!(param_grad_entry, param_grad_sum_entry);
+}
+
+/// The cluster module: the softmax and norm kernels of the cluster path (sm_90).
+#[cfg(feature = "cluster")]
+mod cluster {
+    crate::for_each_softmax_cluster_kernel!(softmax_entry);
+    crate::for_each_norm_cluster_kernel!(norm_entry);
 }
 
 #[cfg(feature = "norm_ladder")]

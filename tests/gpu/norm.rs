@@ -277,36 +277,52 @@ fn dtypes<T: Element, U: Element, G: Element>(weight: bool) -> String {
 // Paths
 // ---------------------------------------------------------------------------------------------
 
-/// What the dispatcher weighs for a direction: the arrays the shared path caches per row,
+/// What the dispatcher weighs for a direction: the bytes per column the shared path caches,
 /// and the widest row it chooses the warp path for (forcing it works up to 1024 columns
 /// either way). The backward's widest warp tier holds x and dy and loses to the shared path
 /// past 512 columns (`BACKWARD_WARP_MAX_COLS` in host/src/ops/norm.rs).
 #[derive(Clone, Copy)]
 struct Direction {
-    cached_arrays: usize,
+    cache_bytes_per_col: usize,
     warp_max_cols: usize,
 }
 
-const FORWARD: Direction = Direction { cached_arrays: 1, warp_max_cols: 1024 };
-const BACKWARD: Direction = Direction { cached_arrays: 2, warp_max_cols: 512 };
+/// The forward caches x in its own dtype (a residual sum is rounded to it).
+fn forward<T: Element>() -> Direction {
+    Direction { cache_bytes_per_col: size_of::<T>(), warp_max_cols: 1024 }
+}
+
+/// The backward caches x and dy in their dtype.
+fn backward<T: Element>() -> Direction {
+    Direction { cache_bytes_per_col: 2 * size_of::<T>(), warp_max_cols: 512 }
+}
 
 /// Widest row the warp path takes when forced.
 const WARP_MAX_COLS: usize = 1024;
 
-/// Whether a row of `cols` f32 per cached array fits the shared path (the planner keeps 128
-/// bytes for the reductions' scratch: `STATIC_SHARED_BYTES` in host/src/ops/rows/dispatch.rs).
+/// Whether a row of `cols` fits the shared path (the planner keeps 128 bytes for the
+/// reductions' scratch: `STATIC_SHARED_BYTES` in host/src/ops/rows/dispatch.rs).
 fn shared_fits(suite: &Suite, cols: usize, direction: Direction) -> bool {
     let limit = suite.gpu.info().max_shared_bytes_per_block_optin.saturating_sub(128) as usize;
-    cols * 4 * direction.cached_arrays <= limit
+    cols * direction.cache_bytes_per_col <= limit
+}
+
+/// Whether the GPU has thread-block clusters (sm_90): the cluster path then holds every
+/// width the suite covers (a row in up to eight blocks' shared memory).
+fn has_clusters(suite: &Suite) -> bool {
+    suite.gpu.info().compute_capability.0 >= 9
 }
 
 /// The path the dispatcher must choose: the warp path up to the direction's width, then
-/// shared memory while the row fits, then uncached.
+/// shared memory while the row fits, then a cluster of blocks where the GPU has them, then
+/// uncached.
 fn dispatched(suite: &Suite, cols: usize, direction: Direction) -> PathKind {
     if cols <= direction.warp_max_cols {
         PathKind::Warp
     } else if shared_fits(suite, cols, direction) {
         PathKind::Shared
+    } else if has_clusters(suite) {
+        PathKind::Cluster
     } else {
         PathKind::Uncached
     }
@@ -319,8 +335,10 @@ fn paths(suite: &Suite, cols: usize, direction: Direction) -> Vec<Option<PathKin
         PathKind::Warp => cols <= WARP_MAX_COLS,
         PathKind::Shared => shared_fits(suite, cols, direction),
         PathKind::Uncached => true,
+        PathKind::Cluster => has_clusters(suite),
     };
-    let forced = [PathKind::Warp, PathKind::Shared, PathKind::Uncached].into_iter().filter(|&p| p != auto && fits(p));
+    let all = [PathKind::Warp, PathKind::Shared, PathKind::Uncached, PathKind::Cluster];
+    let forced = all.into_iter().filter(|&p| p != auto && fits(p));
     std::iter::once(None).chain(forced.map(Some)).collect()
 }
 
@@ -504,7 +522,7 @@ fn forward_case<T: Element, U: Element, G: Element>(suite: &mut Suite, spec: Spe
         let run =
             launch_forward::<T, U, G>(suite, &spec, &at, &x, residual.as_deref(), weight.as_deref(), bias.as_deref())?;
         let mut checks = Checks::new(limit);
-        let want_path = at.path.unwrap_or_else(|| dispatched(suite, cols, FORWARD));
+        let want_path = at.path.unwrap_or_else(|| dispatched(suite, cols, forward::<T>()));
         checks.plan(&run.plan, &at, want_path, max_pack(size_of::<T>(), size_of::<U>()));
 
         let input: Vec<f64> = match &residual {
@@ -710,7 +728,7 @@ fn backward_case<T: Element, G: Element>(suite: &mut Suite, spec: Spec, at: At, 
             .collect();
         let run = launch_backward::<T, G>(suite, &spec, &at, &x, &dy, &stats, weight.as_deref())?;
         let mut checks = Checks::new(limit);
-        let want_path = at.path.unwrap_or_else(|| dispatched(suite, cols, BACKWARD));
+        let want_path = at.path.unwrap_or_else(|| dispatched(suite, cols, backward::<T>()));
         checks.plan(&run.plan, &at, want_path, max_pack(size_of::<T>(), size_of::<T>()));
 
         let (dy64, w) = (f64s(&dy), weight.as_deref().map(f64s));
@@ -747,7 +765,7 @@ fn matrix<T: Element, U: Element, G: Element>(suite: &mut Suite, coverage: Cover
                 continue;
             }
             // Forced paths on one, three and many rows.
-            for path in paths(suite, cols, FORWARD).into_iter().filter(|p| p.is_none() || rows != 2) {
+            for path in paths(suite, cols, forward::<T>()).into_iter().filter(|p| p.is_none() || rows != 2) {
                 let at = At::new(rows, cols, path);
                 forward_case::<T, U, G>(suite, Spec::LAYER, at, Data::Mixed);
                 if coverage == Coverage::Full {
@@ -763,7 +781,7 @@ fn matrix<T: Element, U: Element, G: Element>(suite: &mut Suite, coverage: Cover
             if coverage == Coverage::Cast {
                 continue;
             }
-            for path in paths(suite, cols, BACKWARD).into_iter().filter(|p| p.is_none() || rows != 2) {
+            for path in paths(suite, cols, backward::<T>()).into_iter().filter(|p| p.is_none() || rows != 2) {
                 let at = At::new(rows, cols, path);
                 backward_case::<T, G>(suite, Spec::LAYER, at, Data::Mixed);
                 backward_case::<T, G>(suite, Spec::RMS, at, Data::Mixed);
@@ -778,14 +796,14 @@ fn matrix<T: Element, U: Element, G: Element>(suite: &mut Suite, coverage: Cover
 fn variants<T: Element>(suite: &mut Suite) {
     for cols in [1, 32, 33, 1000, 4096, 4097, 50257, 65536] {
         for rows in [3, norm_test_rows(cols)[3]] {
-            for path in paths(suite, cols, FORWARD).into_iter().filter(|p| p.is_none() || rows == 3) {
+            for path in paths(suite, cols, forward::<T>()).into_iter().filter(|p| p.is_none() || rows == 3) {
                 let at = At::new(rows, cols, path);
                 forward_case::<T, T, T>(suite, Spec::LAYER.plain(), at, Data::Mixed);
                 forward_case::<T, T, T>(suite, Spec { bias: false, ..Spec::LAYER }, at, Data::Mixed);
                 forward_case::<T, T, T>(suite, Spec::RMS.plain(), at, Data::Mixed);
                 forward_case::<T, T, T>(suite, Spec::LAYER.plain().add(), at, Data::Mixed);
             }
-            for path in paths(suite, cols, BACKWARD).into_iter().filter(|p| p.is_none() || rows == 3) {
+            for path in paths(suite, cols, backward::<T>()).into_iter().filter(|p| p.is_none() || rows == 3) {
                 let at = At::new(rows, cols, path);
                 backward_case::<T, f32>(suite, Spec { weight: false, ..Spec::LAYER }, at, Data::Mixed);
                 backward_case::<T, T>(suite, Spec { extras: false, ..Spec::LAYER }, at, Data::Mixed);
@@ -800,12 +818,12 @@ fn variants<T: Element>(suite: &mut Suite) {
 fn misaligned<T: Element>(suite: &mut Suite) {
     for cols in [32, 768, 1000, 1024, 4096, 32768, 65536] {
         for rows in [3, norm_test_rows(cols)[3]] {
-            for path in paths(suite, cols, FORWARD) {
+            for path in paths(suite, cols, forward::<T>()) {
                 let at = At::new(rows, cols, path).offset(MISALIGNED);
                 forward_case::<T, T, T>(suite, Spec::LAYER, at, Data::Mixed);
                 forward_case::<T, T, T>(suite, Spec::RMS.add(), at, Data::Mixed);
             }
-            for path in paths(suite, cols, BACKWARD) {
+            for path in paths(suite, cols, backward::<T>()) {
                 let at = At::new(rows, cols, path).offset(MISALIGNED);
                 backward_case::<T, T>(suite, Spec::LAYER, at, Data::Mixed);
                 backward_case::<T, T>(suite, Spec::RMS, at, Data::Mixed);
@@ -826,7 +844,7 @@ fn misaligned<T: Element>(suite: &mut Suite) {
         backward_case::<T, T>(suite, Spec::LAYER, at, Data::Mixed);
     }
     if T::DTYPE == DType::F32 {
-        for path in paths(suite, 1000, FORWARD) {
+        for path in paths(suite, 1000, forward::<T>()) {
             let at = At::new(3, 1000, path).offset(MISALIGNED);
             forward_case::<f32, f16, f32>(suite, Spec::LAYER, at, Data::Mixed);
             forward_case::<f32, bf16, f32>(suite, Spec::RMS.add(), at, Data::Mixed);
@@ -838,13 +856,13 @@ fn misaligned<T: Element>(suite: &mut Suite) {
 /// 1e4 plus noise (f32: in 16 bits the noise rounds away), and eps 0 and 1e-2.
 fn special_rows<T: Element>(suite: &mut Suite) {
     for cols in [1, 3, 32, 33, 1000, 1024, 4097, 65536] {
-        for path in paths(suite, cols, FORWARD) {
+        for path in paths(suite, cols, forward::<T>()) {
             let at = At::new(4, cols, path);
             forward_case::<T, T, T>(suite, Spec::LAYER, at, Data::Constant);
             forward_case::<T, T, T>(suite, Spec::LAYER.add(), at, Data::Constant);
             forward_case::<T, T, T>(suite, Spec::RMS, at, Data::Constant);
         }
-        for path in paths(suite, cols, BACKWARD) {
+        for path in paths(suite, cols, backward::<T>()) {
             let at = At::new(4, cols, path);
             backward_case::<T, T>(suite, Spec::LAYER, at, Data::Constant);
             backward_case::<T, T>(suite, Spec::RMS, at, Data::Constant);
@@ -852,12 +870,12 @@ fn special_rows<T: Element>(suite: &mut Suite) {
     }
     if T::DTYPE == DType::F32 {
         for cols in [33, 1000, 4097, 50257, 65536] {
-            for path in paths(suite, cols, FORWARD) {
+            for path in paths(suite, cols, forward::<T>()) {
                 let at = At::new(4, cols, path);
                 forward_case::<T, T, T>(suite, Spec::LAYER, at, Data::Offset1e4);
                 forward_case::<T, T, T>(suite, Spec::RMS, at, Data::Offset1e4);
             }
-            for path in paths(suite, cols, BACKWARD) {
+            for path in paths(suite, cols, backward::<T>()) {
                 backward_case::<T, T>(suite, Spec::LAYER, At::new(4, cols, path), Data::Offset1e4);
             }
         }

@@ -21,14 +21,19 @@ pub fn run(suite: &mut Suite) {
 }
 
 /// Paths to check for a shape: the dispatcher's choice, then each path forced where the
-/// shape fits it (the warp path up to 1024 columns, shared memory for rows that fit).
-fn paths(cols: usize) -> Vec<Option<PathKind>> {
+/// shape fits it (the warp path up to 1024 columns, shared memory for rows that fit, clusters
+/// where the GPU has them).
+fn paths(suite: &Suite, cols: usize) -> Vec<Option<PathKind>> {
     let mut paths = vec![None, Some(PathKind::Uncached)];
     if cols <= 1024 {
         paths.push(Some(PathKind::Warp));
     }
     if cols <= 16384 {
         paths.push(Some(PathKind::Shared));
+    }
+    // Thread-block clusters (sm_90) hold every width the suite covers.
+    if suite.gpu.info().compute_capability.0 >= 9 {
+        paths.push(Some(PathKind::Cluster));
     }
     paths
 }
@@ -79,7 +84,7 @@ fn for_dtype<T: Element>(suite: &mut Suite) {
     let dtype = T::DTYPE.name();
     for &cols in SOFTMAX_TEST_COLS {
         for rows in softmax_test_rows(cols) {
-            for path in paths(cols) {
+            for path in paths(suite, cols) {
                 // Forced paths on the smallest and largest row counts only.
                 if path.is_some() && rows == 2 {
                     continue;

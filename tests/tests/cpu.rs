@@ -114,22 +114,68 @@ fn kernels_of(module: PtxModule) -> Vec<(String, String)> {
 #[test]
 fn softmax_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
     let kernels = kernels_of(PtxModule::Softmax);
-    assert_eq!(kernels.len(), 6 * 5 * 3 * 2, "kinds x paths x dtypes x packs");
+    assert_eq!(kernels.len(), 6 * 6 * 3 * 2, "kinds x paths x dtypes x packs");
     for (name, body) in &kernels {
         assert!(!body.contains(".local"), "{name}: uses local memory");
         assert!(!body.contains("call"), "{name}: calls a function (a panic path?)");
         assert!(body.contains("shfl.sync.bfly.b32"), "{name}: no butterfly shuffle");
         assert!(!body.contains("div.rn.f32") && !body.contains("div.full"), "{name}: IEEE division");
         let widest_pack = !name.ends_with("_p1");
-        // Cross entropy reads logits only; the pack-1 kernels move one element per access.
-        if widest_pack {
-            assert!(body.contains("ld.global.nc.v4.u32"), "{name}: no 16-byte load");
-        }
+        // Scale and mask computes what it caches; the others copy rows to shared memory.
+        let plain = !name.contains("_scale_mask_");
+        check_row_loads(name, body, widest_pack, plain);
+        // Cross entropy writes a loss per row; the pack-1 kernels move one element per access.
         if widest_pack && !name.contains("_cross_entropy_") {
             assert!(body.contains("st.global.v4.u32"), "{name}: no 16-byte store");
         }
         let block_path = name.contains("_shared_") || name.contains("_uncached_");
         assert_eq!(body.contains("bar.sync"), block_path, "{name}: barriers only on the block paths");
+    }
+}
+
+/// A row kernel's loads with the widest pack: 16 bytes each. On the shared path, a load
+/// with a source (`plain`: it caches the row as memory holds it) fills the row cache by
+/// `cp.async` (global to shared, no registers), others through registers; the cache is read
+/// back 16 bytes at a time.
+fn check_row_loads(name: &str, body: &str, widest_pack: bool, plain: bool) {
+    if !widest_pack {
+        return;
+    }
+    if name.contains("_shared_") || name.contains("_cluster_") {
+        assert!(body.contains("ld.shared.v4.u32"), "{name}: no 16-byte cache read");
+        if plain {
+            assert!(
+                body.contains("cp.async.cg.shared.global") && body.contains("cp.async.wait_all"),
+                "{name}: no cp.async fill"
+            );
+            return;
+        }
+    }
+    assert!(body.contains("ld.global.nc.v4.u32"), "{name}: no 16-byte load");
+}
+
+#[test]
+fn cluster_kernels_reduce_through_distributed_shared_memory() {
+    let ptx = PtxModule::Cluster.ptx();
+    assert!(ptx.contains(".target sm_90"), "the cluster module must target sm_90");
+    let kernels = kernels_of(PtxModule::Cluster);
+    // Softmax: 6 kinds x 3 dtypes x 2 packs; norms: (7 + 7 + 5) dtype triples x 2 packs.
+    assert_eq!(kernels.len(), 6 * 3 * 2 + (7 + 7 + 5) * 2, "cluster kernels");
+    for (name, body) in &kernels {
+        assert!(name.contains("_cluster_"), "{name}: only cluster-path kernels belong here");
+        assert!(!body.contains(".local"), "{name}: uses local memory");
+        assert!(!body.contains("call"), "{name}: calls a function (a panic path?)");
+        for instruction in [
+            "barrier.cluster.arrive.aligned",
+            "barrier.cluster.wait.aligned",
+            "mapa.shared::cluster",
+            "ld.shared::cluster",
+        ] {
+            assert!(body.contains(instruction), "{name}: no {instruction}");
+        }
+        let widest_pack = !name.ends_with("_p1");
+        let plain = !name.contains("_scale_mask_") && !name.contains("_add_forward_");
+        check_row_loads(name, body, widest_pack, plain);
     }
 }
 
@@ -156,9 +202,9 @@ fn norm_ladder_kernels_are_one_per_rung_and_dtype_and_climb_as_the_article() {
 #[test]
 fn norm_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
     let kernels = kernels_of(PtxModule::Norm);
-    // Forward and residual-add forward for 7 dtype triples, the backward for 5, on 5 paths
+    // Forward and residual-add forward for 7 dtype triples, the backward for 5, on 6 paths
     // with 2 packs each; then the parameter gradients' 6 stage-1 and 3 stage-2 kernels.
-    assert_eq!(kernels.len(), (2 * 7 + 5) * 5 * 2 + 6 + 3, "kinds x dtypes x paths x packs + param grads");
+    assert_eq!(kernels.len(), (2 * 7 + 5) * 6 * 2 + 6 + 3, "kinds x dtypes x paths x packs + param grads");
     let param_grads = kernels.iter().filter(|(name, _)| name.starts_with("rill_norm_param_grad")).count();
     assert_eq!(param_grads, 6 + 3);
     for (name, body) in &kernels {
@@ -169,9 +215,8 @@ fn norm_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
             continue;
         }
         assert!(body.contains("shfl.sync.bfly.b32"), "{name}: no butterfly shuffle");
-        if name.ends_with("_p4") || name.ends_with("_p8") {
-            assert!(body.contains("ld.global.nc.v4.u32"), "{name}: no 16-byte load");
-        }
+        // The residual add computes what it caches; the others copy rows to shared memory.
+        check_row_loads(name, body, name.ends_with("_p4") || name.ends_with("_p8"), !name.contains("_add_forward_"));
         let block_path = name.contains("_shared_") || name.contains("_uncached_");
         assert_eq!(body.contains("bar.sync"), block_path, "{name}: barriers only on the block paths");
         if name.starts_with("rill_norm_forward_") || name.starts_with("rill_norm_add_forward_") {

@@ -79,6 +79,7 @@ pub fn launch_config(len: usize, pack: usize, device: &crate::DeviceInfo) -> Lau
         grid: grid_stride_blocks(threads, ELEMENTWISE_BLOCK_SIZE, device),
         block: ELEMENTWISE_BLOCK_SIZE,
         shared_bytes: 0,
+        cluster: 1,
     }
 }
 

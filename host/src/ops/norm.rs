@@ -32,7 +32,9 @@ use crate::module::PtxModule;
 use crate::tensor::{AsView, AsViewMut, DType, Element, View, ViewMut};
 use cust::memory::DeviceBuffer;
 use rill_kernels_gpu::abi::{NORM_PARAM_GRAD_WARPS, NormArgs, NormParamGradArgs, max_pack};
-use rill_kernels_gpu::{dtype_of, for_each_norm_kernel, for_each_norm_param_grad_kernel, norm_symbol};
+use rill_kernels_gpu::{
+    dtype_of, for_each_norm_cluster_kernel, for_each_norm_kernel, for_each_norm_param_grad_kernel, norm_symbol,
+};
 
 /// Which norm: LayerNorm centers and scales, `(x - mean) * rstd * weight + bias`; RMSNorm
 /// only scales, `x * rstd * weight` with `rstd = 1 / sqrt(mean(x^2) + eps)`.
@@ -65,6 +67,7 @@ fn symbol(kind: &str, path: &str, dtypes: (DType, DType, DType), pack: usize) ->
         };
     }
     for_each_norm_kernel!(find);
+    for_each_norm_cluster_kernel!(find);
     None
 }
 
@@ -339,7 +342,8 @@ impl Norm {
             cols,
             arrays,
             args,
-            cached_arrays: 1,
+            // x as its own dtype (a residual sum is rounded to it).
+            cache_bytes_per_col: size_of::<T>() as u32,
             warp_max_cols: WARP_MAX_COLS,
             column_bytes: column_bytes(&call.weight, &call.bias),
             force: self.force,
@@ -419,7 +423,8 @@ impl Norm {
             cols,
             arrays,
             args,
-            cached_arrays: 2,
+            // x and dy as they are (normalized and scaled as they are read).
+            cache_bytes_per_col: 2 * size_of::<T>() as u32,
             warp_max_cols: BACKWARD_WARP_MAX_COLS,
             column_bytes: column_bytes(&call.weight, &None),
             force: self.force,
@@ -485,9 +490,10 @@ fn param_grads<T: Element, G: Element>(
         grid: tiles * args.chunks as u32,
         block,
         shared_bytes: (2 * pack * block as usize * size_of::<f32>()) as u32,
+        cluster: 1,
     };
     let stage2_config =
-        LaunchConfig { grid: grid_stride_blocks(cols as u64, 256, device), block: 256, shared_bytes: 0 };
+        LaunchConfig { grid: grid_stride_blocks(cols as u64, 256, device), block: 256, shared_bytes: 0, cluster: 1 };
     // SAFETY: the caller checked x and dy (rows x cols, aligned to `pack`), mean and rstd
     // (rows), dweight and dbias (cols); the partial buffer holds 2 x chunks x cols; the grid
     // is tiles x chunks blocks of the warps stage 1 expects, with its shared memory.
@@ -514,7 +520,7 @@ mod tests {
             (f32_, f16_, f32_),
             (f32_, bf16_, f32_),
         ];
-        for path in ["warp8", "warp16", "warp32", "shared", "uncached"] {
+        for path in ["warp8", "warp16", "warp24", "warp32", "shared", "uncached", "cluster"] {
             for dtypes in forward {
                 let pack = max_pack(dtypes.0.size(), dtypes.1.size());
                 for kind in ["forward", "add_forward"] {

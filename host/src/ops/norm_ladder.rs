@@ -147,7 +147,7 @@ pub fn launch_config(rung: Rung, rows: usize) -> LaunchConfig {
         _ => rows as u64,
     };
     let shared_bytes = if rung == Rung::SharedTree { block * size_of::<f32>() as u32 } else { 0 };
-    LaunchConfig { grid: blocks.clamp(1, MAX_GRID) as u32, block, shared_bytes }
+    LaunchConfig { grid: blocks.clamp(1, MAX_GRID) as u32, block, shared_bytes, cluster: 1 }
 }
 
 /// `y = x * rsqrt(mean(x^2) + eps) * gamma` over the last axis of `x` (two or more

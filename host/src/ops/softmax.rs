@@ -15,7 +15,7 @@ use crate::error::{Result, invalid};
 use crate::module::PtxModule;
 use crate::tensor::{AsView, AsViewMut, DType, Element, View};
 use rill_kernels_gpu::abi::{SoftmaxArgs, max_pack};
-use rill_kernels_gpu::{dtype_of, for_each_softmax_kernel, softmax_symbol};
+use rill_kernels_gpu::{dtype_of, for_each_softmax_cluster_kernel, for_each_softmax_kernel, softmax_symbol};
 
 /// The exported symbol of softmax kernel `kind` on `path`, if there is one.
 fn symbol(kind: &str, path: &str, dtype: DType, pack: usize) -> Option<&'static str> {
@@ -27,6 +27,7 @@ fn symbol(kind: &str, path: &str, dtype: DType, pack: usize) -> Option<&'static 
         };
     }
     for_each_softmax_kernel!(find);
+    for_each_softmax_cluster_kernel!(find);
     None
 }
 
@@ -79,7 +80,7 @@ impl Softmax {
             cols,
             arrays: vec![(x.address(), size_of::<T>())],
             args: SoftmaxArgs { input: x.address(), ..SoftmaxArgs::default() },
-            cached_arrays: 1,
+            cache_bytes_per_col: size_of::<T>() as u32,
             warp_max_cols: WARP_MAX_COLS,
             column_bytes: 0,
             force: self.force,
@@ -124,7 +125,7 @@ impl Softmax {
         call.row.args.second = dy.address();
         call.row.args.output = dx.address();
         call.row.args.log = log as u32;
-        call.row.cached_arrays = 2;
+        call.row.cache_bytes_per_col = 2 * size_of::<T>() as u32;
         call.run()
     }
 
@@ -157,6 +158,8 @@ impl Softmax {
         call.row.args.output = y.address();
         call.row.args.period = mask_rows as u64;
         call.row.args.scale = scale;
+        // The shared path caches x * scale + mask, computed in f32.
+        call.row.cache_bytes_per_col = 4;
         call.run()
     }
 
@@ -311,7 +314,7 @@ mod tests {
     #[test]
     fn every_kind_path_dtype_and_pack_has_a_kernel() {
         for kind in ["forward", "backward", "scale_mask", "causal", "cross_entropy", "cross_entropy_backward"] {
-            for path in ["warp8", "warp16", "warp32", "shared", "uncached"] {
+            for path in ["warp8", "warp16", "warp24", "warp32", "shared", "uncached", "cluster"] {
                 for (dtype, pack) in [(DType::F32, 4), (DType::F16, 8), (DType::BF16, 8)] {
                     assert!(symbol(kind, path, dtype, pack).is_some());
                     assert!(symbol(kind, path, dtype, 1).is_some());

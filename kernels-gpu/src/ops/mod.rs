@@ -9,7 +9,9 @@ pub mod softmax;
 #[cfg(any(feature = "softmax", feature = "norm"))]
 mod rows;
 
+// The cluster module instantiates the row kernels only, not the parameter gradients.
 #[cfg(feature = "norm")]
+#[cfg_attr(feature = "cluster", allow(dead_code, unused_imports))]
 pub mod norm;
 
 #[cfg(feature = "norm_ladder")]

@@ -12,24 +12,28 @@
 //! uncached path merges each pack's exact moments into the thread's running ones (Chan et
 //! al.), one reciprocal per pack. dgamma and dbeta are a separate two-stage reduction.
 
+#[cfg(feature = "cluster")]
+use super::rows::ClusterSplit;
 use super::rows::{
-    MAX_BATCH, WarpRows, block_packs, block_packs_loaded, block_rows, shared_batch, warp_load, warp_row_reduce,
+    BlockSplit, RowCache, RowSplit, Slice, WarpRows, block_packs, block_packs_loaded, warp_load, warp_row_reduce,
     warp_store,
 };
+#[cfg(feature = "cluster")]
+use crate::abi::ROW_PATH_CLUSTER;
 use crate::abi::{NORM_PARAM_GRAD_WARPS, NormArgs, NormParamGradArgs, ROW_PATH_SHARED, ROW_PATH_UNCACHED};
 use crate::arch::{
-    GlobalAddr, WARP_SIZE, block_dim_x, block_idx_x, dynamic_shared, grid_dim_x, load_global_nc, rcp, rsqrt,
-    sync_threads, thread_idx_x,
+    GlobalAddr, WARP_SIZE, block_dim_x, block_idx_x, dynamic_shared, dynamic_shared_addr, grid_dim_x, load_global_nc,
+    rcp, rsqrt, sync_threads, thread_idx_x, wait_async_copies,
 };
-use crate::pack::{ColumnLoad, DirectLoad, DirectStore, Load, RowMajor, Store, StreamLoad};
+use crate::pack::{ColumnLoad, ColumnWords, DirectLoad, DirectStore, Load, Pack, RowMajor, Store, StreamLoad};
 use crate::reduce::{Sum, block_all_reduce};
 use crate::scalar::Scalar;
 use crate::unroll::{unroll, unrolled_array};
 use core::num::NonZeroU64;
 
 /// A row's statistics: the normalized value of `x` is `(x - mean) * rstd`.
-#[derive(Clone, Copy)]
-struct Stats {
+#[derive(Clone, Copy, Default)]
+pub struct Stats {
     mean: f32,
     rstd: f32,
 }
@@ -73,19 +77,28 @@ impl<G: Scalar> Forward<G> {
         }
     }
 
-    /// Gamma and beta of columns `col..col + P` (1 and 0 where absent).
+    /// The raw words of gamma and beta of columns `col..col + P` (unread where absent).
     ///
     /// # Safety
     /// The columns must be inside the row, `col` a multiple of `P`.
     #[inline(always)]
-    unsafe fn params<const P: usize>(&self, col: u64) -> ([f32; P], [f32; P]) {
+    unsafe fn fetch_params<const P: usize>(&self, col: u64) -> (ColumnWords<G, P>, ColumnWords<G, P>) {
         // SAFETY: forwarded.
         unsafe {
             (
-                self.gamma.as_ref().map_or([1.0; P], |g| g.load(col)),
-                self.beta.as_ref().map_or([0.0; P], |b| b.load(col)),
+                self.gamma.as_ref().map_or_else(Default::default, |g| g.fetch(col)),
+                self.beta.as_ref().map_or_else(Default::default, |b| b.fetch(col)),
             )
         }
+    }
+
+    /// Gamma and beta from [`Forward::fetch_params`] (1 and 0 where absent).
+    #[inline(always)]
+    fn params<const P: usize>(&self, (gamma, beta): (ColumnWords<G, P>, ColumnWords<G, P>)) -> ([f32; P], [f32; P]) {
+        (
+            if self.gamma.is_some() { gamma.to_f32() } else { [1.0; P] },
+            if self.beta.is_some() { beta.to_f32() } else { [0.0; P] },
+        )
     }
 
     /// The mean from the row's sum (0 for RMSNorm, which does not center).
@@ -115,11 +128,6 @@ impl<G: Scalar> Forward<G> {
         }
     }
 }
-
-/// Packs whose gamma and beta the block paths' output pass loads ahead of use. Measured on
-/// the H100 (49152 x 8192): 2 took f32 LayerNorm from 80% to 93% of copy and 16-bit from
-/// 81% to 84%, over 4 (f32) and 1 (16-bit), whose registers cost occupancy.
-const PARAM_BATCH: usize = 2;
 
 #[inline(always)]
 unsafe fn warp_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize, const E: usize>(
@@ -154,59 +162,63 @@ unsafe fn warp_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize, const
                 }
             });
         }
-        warp_store::<S, P, E>(store, &at, first, shape, |r, i| {
-            let (gamma, beta) = norm.params::<P>(at.col::<P>(i));
-            stats[r].normalize(x[r][i]) * gamma[i % P] + beta[i % P]
-        });
+        warp_store::<S, _, P, E>(
+            store,
+            &at,
+            first,
+            shape,
+            |_| (),
+            |r, i, ()| {
+                let (gamma, beta) = norm.params::<P>(norm.fetch_params::<P>(at.col::<P>(i)));
+                unrolled_array(|j| stats[r].normalize(x[r][i + j]) * gamma[j] + beta[j])
+            },
+        );
     });
 }
 
+/// The row cached in shared memory, split over blocks as `split` says (a block, or a
+/// cluster of blocks each holding a slice).
 #[inline(always)]
 unsafe fn shared_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize>(
     load: &L,
     store: &S,
     norm: &Forward<G>,
     args: &NormArgs,
+    split: &impl RowSplit,
 ) {
     let shape = &args.shape;
-    let packs = (shape.cols / P as u64) as usize;
-    let cache = dynamic_shared::<f32>();
-    // Element j of pack p sits at cache[j * packs + p]: consecutive threads, consecutive words.
-    let slot = |pack: u64, j: usize| j * packs + pack as usize;
-    // SAFETY (block): the launch sizes the cache to `cols` f32s; each thread touches only
+    let slice = split.slice::<P>(shape);
+    let cache = RowCache::<L::Exact, P>::new(dynamic_shared_addr(), slice);
+    // SAFETY (block): the launch sizes shared memory for the cache; each thread touches only
     // its own packs' slots, so no barrier is needed beyond those in the reductions.
-    block_rows(shape, |row| unsafe {
+    split.rows(shape, |row| unsafe {
+        cache.fill(load, row);
+        wait_async_copies();
         let mut sum = 0.0;
-        block_packs_loaded::<P, [f32; P]>(
-            shape,
-            shared_batch(P),
-            |col| load.load(row, col),
-            |pack, v| {
-                unroll::<P>(|j| {
-                    cache.add(slot(pack, j)).write(v[j]);
-                    sum += v[j];
-                })
-            },
-        );
-        let mean = if norm.rms { 0.0 } else { norm.mean(block_all_reduce::<Sum>(sum)) };
+        block_packs::<P>(slice, |local, _| {
+            let v = cache.read(load, row, local);
+            unroll::<P>(|j| sum += v[j]);
+        });
+        let mean = if norm.rms { 0.0 } else { norm.mean(split.all_reduce::<Sum>(sum)) };
         let mut squares = 0.0;
-        block_packs::<P>(shape, |pack, _| {
+        block_packs::<P>(slice, |local, _| {
+            let v = cache.read(load, row, local);
             unroll::<P>(|j| {
-                let d = cache.add(slot(pack, j)).read() - mean;
+                let d = v[j] - mean;
                 squares += d * d;
             })
         });
-        let stats = norm.stats(mean, block_all_reduce::<Sum>(squares));
-        if thread_idx_x() == 0 {
+        let stats = norm.stats(mean, split.all_reduce::<Sum>(squares));
+        if thread_idx_x() == 0 && slice.leads() {
             norm.write(row, stats);
         }
         block_packs_loaded::<P, _>(
-            shape,
-            PARAM_BATCH,
-            |col| norm.params::<P>(col),
-            |pack, (gamma, beta)| {
-                let out = unrolled_array(|j| stats.normalize(cache.add(slot(pack, j)).read()) * gamma[j] + beta[j]);
-                store.store(out, row, pack * P as u64);
+            slice,
+            |col| norm.fetch_params::<P>(col),
+            |local, col, params| {
+                let (gamma, beta) = norm.params::<P>(params);
+                let v = cache.read(load, row, local);
+                store.store(unrolled_array(|j| stats.normalize(v[j]) * gamma[j] + beta[j]), row, col);
             },
         );
     });
@@ -250,20 +262,20 @@ unsafe fn uncached_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize>(
     args: &NormArgs,
 ) {
     let shape = &args.shape;
+    let slice = Slice::whole::<P>(shape);
     // SAFETY (block): every column visited is a pack inside the row.
-    block_rows(shape, |row| unsafe {
+    BlockSplit.rows(shape, |row| unsafe {
+        let fetch = |col| load.fetch(row, col);
         let stats = if norm.rms {
             let mut squares = 0.0;
-            block_packs_loaded::<P, [f32; P]>(
-                shape,
-                MAX_BATCH,
-                |col| load.load(row, col),
-                |_, v| unroll::<P>(|j| squares += v[j] * v[j]),
-            );
+            block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| {
+                let v = load.convert(fetched, row, col);
+                unroll::<P>(|j| squares += v[j] * v[j])
+            });
             norm.stats(0.0, block_all_reduce::<Sum>(squares))
         } else {
             let mut moments = Moments { packs: 0.0, mean: 0.0, squares: 0.0 };
-            block_packs_loaded::<P, [f32; P]>(shape, MAX_BATCH, |col| load.load(row, col), |_, v| moments.add(v));
+            block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| moments.add(load.convert(fetched, row, col)));
             let count = moments.packs * P as f32;
             let mean = norm.mean(block_all_reduce::<Sum>(count * moments.mean));
             let d = moments.mean - mean;
@@ -273,11 +285,11 @@ unsafe fn uncached_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize>(
             norm.write(row, stats);
         }
         block_packs_loaded::<P, _>(
-            shape,
-            PARAM_BATCH,
-            |col| (load.load(row, col), norm.params::<P>(col)),
-            |pack, (v, (gamma, beta)): ([f32; P], _)| {
-                store.store(unrolled_array(|j| stats.normalize(v[j]) * gamma[j] + beta[j]), row, pack * P as u64)
+            slice,
+            |col| (load.fetch(row, col), norm.fetch_params::<P>(col)),
+            |_, col, (fetched, params)| {
+                let (v, (gamma, beta)) = (load.convert(fetched, row, col), norm.params::<P>(params));
+                store.store(unrolled_array(|j| stats.normalize(v[j]) * gamma[j] + beta[j]), row, col)
             },
         );
     });
@@ -295,7 +307,11 @@ unsafe fn forward_path<L: Load<P>, S: Store<P>, G: Scalar, const P: usize, const
         let norm = Forward::<G>::new(args);
         match PATH {
             ROW_PATH_UNCACHED => uncached_forward::<L, S, G, P>(load, store, &norm, args),
-            ROW_PATH_SHARED => shared_forward::<L, S, G, P>(load, store, &norm, args),
+            ROW_PATH_SHARED => shared_forward::<L, S, G, P>(load, store, &norm, args, &BlockSplit),
+            #[cfg(feature = "cluster")]
+            ROW_PATH_CLUSTER => {
+                ClusterSplit::run(|split| shared_forward::<L, S, G, P>(load, store, &norm, args, split))
+            }
             _ => warp_forward::<L, S, G, P, PATH>(load, store, &norm, args),
         }
     }
@@ -311,15 +327,23 @@ pub struct ResidualAddLoad<T> {
 }
 
 impl<T: Scalar, const N: usize> Load<N> for ResidualAddLoad<T> {
+    type Fetched = (Pack<T, N>, Pack<T, N>);
+    /// The sum is rounded to `T`, so `T` holds it exactly.
+    type Exact = T;
+
     #[inline(always)]
-    unsafe fn load(&self, row: u64, col: u64) -> [f32; N] {
+    unsafe fn fetch(&self, row: u64, col: u64) -> Self::Fetched {
         // SAFETY: forwarded; the three arrays have the same shape and alignment.
-        unsafe {
-            let (x, r): ([f32; N], [f32; N]) = (self.x.load(row, col), self.residual.load(row, col));
-            let sum = unrolled_array(|j| T::from_f32(x[j] + r[j]).to_f32());
-            self.sum.store(sum, row, col);
-            sum
-        }
+        unsafe { (self.x.fetch(row, col), self.residual.fetch(row, col)) }
+    }
+
+    #[inline(always)]
+    unsafe fn convert(&self, (x, residual): Self::Fetched, row: u64, col: u64) -> [f32; N] {
+        let (x, r) = (x.to_f32(), residual.to_f32());
+        let sum = unrolled_array(|j| T::from_f32(x[j] + r[j]).to_f32());
+        // SAFETY: forwarded from `fetch`'s caller: the pack is inside the sum array.
+        unsafe { self.sum.store(sum, row, col) };
+        sum
     }
 }
 
@@ -407,14 +431,31 @@ pub struct NormalizedLoad<T> {
 }
 
 impl<T: Scalar, const N: usize> Load<N> for NormalizedLoad<T> {
+    type Fetched = (Pack<T, N>, Stats);
+    type Exact = T;
+
     #[inline(always)]
-    unsafe fn load(&self, row: u64, col: u64) -> [f32; N] {
+    unsafe fn fetch(&self, row: u64, col: u64) -> Self::Fetched {
         // SAFETY: forwarded.
-        unsafe {
-            let x: [f32; N] = self.x.load(row, col);
-            let stats = self.stats.get(row);
-            unrolled_array(|j| stats.normalize(x[j]))
-        }
+        unsafe { (self.x.fetch(row, col), self.stats.get(row)) }
+    }
+
+    #[inline(always)]
+    unsafe fn convert(&self, (x, stats): Self::Fetched, _row: u64, _col: u64) -> [f32; N] {
+        let x = x.to_f32();
+        unrolled_array(|j| stats.normalize(x[j]))
+    }
+
+    #[inline(always)]
+    fn source(&self) -> Option<RowMajor<T>> {
+        Some(self.x.0)
+    }
+
+    #[inline(always)]
+    unsafe fn transform(&self, x: [f32; N], row: u64, _col: u64) -> [f32; N] {
+        // SAFETY: forwarded.
+        let stats = unsafe { self.stats.get(row) };
+        unrolled_array(|j| stats.normalize(x[j]))
     }
 }
 
@@ -424,18 +465,42 @@ pub struct ScaledGradLoad<T, G> {
     gamma: Option<ColumnLoad<G>>,
 }
 
-impl<T: Scalar, G: Scalar, const N: usize> Load<N> for ScaledGradLoad<T, G> {
+impl<T: Scalar, G: Scalar> ScaledGradLoad<T, G> {
     #[inline(always)]
-    unsafe fn load(&self, row: u64, col: u64) -> [f32; N] {
-        // SAFETY: forwarded; gamma holds `cols` elements.
-        unsafe {
-            let mut dy: [f32; N] = self.dy.load(row, col);
-            if let Some(gamma) = &self.gamma {
-                let g: [f32; N] = gamma.load(col);
-                unroll::<N>(|j| dy[j] *= g[j]);
-            }
-            dy
+    fn scale<const N: usize>(&self, mut dy: [f32; N], gamma: ColumnWords<G, N>) -> [f32; N] {
+        if self.gamma.is_some() {
+            let g = gamma.to_f32();
+            unroll::<N>(|j| dy[j] *= g[j]);
         }
+        dy
+    }
+}
+
+impl<T: Scalar, G: Scalar, const N: usize> Load<N> for ScaledGradLoad<T, G> {
+    type Fetched = (Pack<T, N>, ColumnWords<G, N>);
+    type Exact = T;
+
+    #[inline(always)]
+    unsafe fn fetch(&self, row: u64, col: u64) -> Self::Fetched {
+        // SAFETY: forwarded; gamma holds `cols` elements.
+        unsafe { (self.dy.fetch(row, col), self.gamma.as_ref().map_or_else(Default::default, |g| g.fetch(col))) }
+    }
+
+    #[inline(always)]
+    unsafe fn convert(&self, (dy, gamma): Self::Fetched, _row: u64, _col: u64) -> [f32; N] {
+        self.scale(dy.to_f32(), gamma)
+    }
+
+    #[inline(always)]
+    fn source(&self) -> Option<RowMajor<T>> {
+        Some(self.dy.0)
+    }
+
+    #[inline(always)]
+    unsafe fn transform(&self, dy: [f32; N], _row: u64, col: u64) -> [f32; N] {
+        // SAFETY: forwarded; gamma holds `cols` elements.
+        let gamma = unsafe { self.gamma.as_ref().map_or_else(Default::default, |g| g.fetch(col)) };
+        self.scale(dy, gamma)
     }
 }
 
@@ -461,6 +526,45 @@ impl Gradient {
     }
 }
 
+/// The backward with the rows cached in shared memory, split over blocks as `split` says.
+#[inline(always)]
+unsafe fn shared_backward<LX: Load<P>, LG: Load<P>, S: Store<P>, const P: usize>(
+    load_xhat: &LX,
+    load_g: &LG,
+    store: &S,
+    args: &NormArgs,
+    split: &impl RowSplit,
+) {
+    let shape = &args.shape;
+    let slice = split.slice::<P>(shape);
+    // x's cache, then dy's (normalized and scaled as they are read).
+    let cache_xhat = RowCache::<LX::Exact, P>::new(dynamic_shared_addr(), slice);
+    let cache_g = RowCache::<LG::Exact, P>::new(cache_xhat.end(), slice);
+    // SAFETY (block): as shared_forward; the statistics hold `rows` f32s.
+    unsafe {
+        let saved = SavedStats::new(args.mean, args.rstd, args.rms);
+        split.rows(shape, |row| {
+            cache_xhat.fill(load_xhat, row);
+            cache_g.fill(load_g, row);
+            wait_async_copies();
+            let (mut sum_g, mut sum_gx) = (0.0, 0.0);
+            block_packs::<P>(slice, |local, _| {
+                let (xhat, g) = (cache_xhat.read(load_xhat, row, local), cache_g.read(load_g, row, local));
+                unroll::<P>(|j| {
+                    sum_g += g[j];
+                    sum_gx += g[j] * xhat[j];
+                })
+            });
+            let (sum_g, sum_gx) = (split.all_reduce::<Sum>(sum_g), split.all_reduce::<Sum>(sum_gx));
+            let grad = Gradient::new(args, saved.get(row).rstd, sum_g, sum_gx);
+            block_packs::<P>(slice, |local, col| {
+                let (xhat, g) = (cache_xhat.read(load_xhat, row, local), cache_g.read(load_g, row, local));
+                store.store(unrolled_array(|j| grad.apply(xhat[j], g[j])), row, col);
+            });
+        });
+    }
+}
+
 #[inline(always)]
 unsafe fn backward_path<LX: Load<P>, LG: Load<P>, S: Store<P>, const P: usize, const PATH: usize>(
     load_xhat: &LX,
@@ -473,51 +577,31 @@ unsafe fn backward_path<LX: Load<P>, LG: Load<P>, S: Store<P>, const P: usize, c
     unsafe {
         let saved = SavedStats::new(args.mean, args.rstd, args.rms);
         match PATH {
-            ROW_PATH_UNCACHED => block_rows(shape, |row| {
-                let pair = |col| (load_xhat.load(row, col), load_g.load(row, col));
-                let (mut sum_g, mut sum_gx) = (0.0, 0.0);
-                block_packs_loaded::<P, _>(shape, MAX_BATCH, pair, |_, (xhat, g): ([f32; P], [f32; P])| {
-                    unroll::<P>(|j| {
-                        sum_g += g[j];
-                        sum_gx += g[j] * xhat[j];
-                    })
-                });
-                let (sum_g, sum_gx) = (block_all_reduce::<Sum>(sum_g), block_all_reduce::<Sum>(sum_gx));
-                let grad = Gradient::new(args, saved.get(row).rstd, sum_g, sum_gx);
-                block_packs_loaded::<P, _>(shape, MAX_BATCH, pair, |pack, (xhat, g)| {
-                    store.store(unrolled_array(|j| grad.apply(xhat[j], g[j])), row, pack * P as u64)
-                });
-            }),
-            ROW_PATH_SHARED => {
-                let packs = (shape.cols / P as u64) as usize;
-                let cache = dynamic_shared::<f32>();
-                // xhat in the first `cols` slots, g in the next.
-                let slot = |pack: u64, j: usize| j * packs + pack as usize;
-                let g_at = packs * P;
-                block_rows(shape, |row| {
+            ROW_PATH_UNCACHED => {
+                let slice = Slice::whole::<P>(shape);
+                BlockSplit.rows(shape, |row| {
+                    let fetch = |col| (load_xhat.fetch(row, col), load_g.fetch(row, col));
+                    let convert = |(xhat, g), col| (load_xhat.convert(xhat, row, col), load_g.convert(g, row, col));
                     let (mut sum_g, mut sum_gx) = (0.0, 0.0);
-                    block_packs_loaded::<P, _>(
-                        shape,
-                        1,
-                        |col| (load_xhat.load(row, col), load_g.load(row, col)),
-                        |pack, (xhat, g): ([f32; P], [f32; P])| {
-                            unroll::<P>(|j| {
-                                cache.add(slot(pack, j)).write(xhat[j]);
-                                cache.add(g_at + slot(pack, j)).write(g[j]);
-                                sum_g += g[j];
-                                sum_gx += g[j] * xhat[j];
-                            })
-                        },
-                    );
+                    block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| {
+                        let (xhat, g) = convert(fetched, col);
+                        unroll::<P>(|j| {
+                            sum_g += g[j];
+                            sum_gx += g[j] * xhat[j];
+                        })
+                    });
                     let (sum_g, sum_gx) = (block_all_reduce::<Sum>(sum_g), block_all_reduce::<Sum>(sum_gx));
                     let grad = Gradient::new(args, saved.get(row).rstd, sum_g, sum_gx);
-                    block_packs::<P>(shape, |pack, col| {
-                        let out = unrolled_array(|j| {
-                            grad.apply(cache.add(slot(pack, j)).read(), cache.add(g_at + slot(pack, j)).read())
-                        });
-                        store.store(out, row, col);
+                    block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| {
+                        let (xhat, g) = convert(fetched, col);
+                        store.store(unrolled_array(|j| grad.apply(xhat[j], g[j])), row, col)
                     });
-                });
+                })
+            }
+            ROW_PATH_SHARED => shared_backward::<LX, LG, S, P>(load_xhat, load_g, store, args, &BlockSplit),
+            #[cfg(feature = "cluster")]
+            ROW_PATH_CLUSTER => {
+                ClusterSplit::run(|split| shared_backward::<LX, LG, S, P>(load_xhat, load_g, store, args, split))
             }
             _ => {
                 let at = WarpRows::new::<PATH>(shape);
@@ -534,7 +618,14 @@ unsafe fn backward_path<LX: Load<P>, LG: Load<P>, S: Store<P>, const P: usize, c
                         Gradient::new(args, rstd(0), sum_g[0], sum_gx[0]),
                         Gradient::new(args, rstd(1), sum_g[1], sum_gx[1]),
                     ];
-                    warp_store::<S, P, PATH>(store, &at, first, shape, |r, i| grad[r].apply(xhat[r][i], g[r][i]));
+                    warp_store::<S, _, P, PATH>(
+                        store,
+                        &at,
+                        first,
+                        shape,
+                        |_| (),
+                        |r, i, ()| unrolled_array(|j| grad[r].apply(xhat[r][i + j], g[r][i + j])),
+                    );
                 });
             }
         }

@@ -1,16 +1,27 @@
 //! The machinery every row-wise op (softmax, the norms) shares: where a thread's rows and
 //! columns are on each of OneFlow's three paths, loading a row into registers, and
 //! reductions over a row.
-//! - warp: a group of `width` lanes (1 to 32) owns one row (two when narrower than a
-//!   warp), the row held in registers, `E` elements per lane;
-//! - shared: a block owns a row, cached in dynamic shared memory;
+//! - warp: a group of `width` lanes (1 to 32) owns one row (two in the 8-element tier), the
+//!   row held in registers, `E` elements per lane;
+//! - shared: a block owns a row, cached in dynamic shared memory (filled by `cp.async`
+//!   where the load is plain);
 //! - uncached: a block owns a row and re-reads it from global memory (any width).
 
-use crate::abi::{RowShape, rows_per_access};
-use crate::arch::{WARP_SIZE, block_dim_x, block_idx_x, grid_dim_x, thread_idx_x};
-use crate::pack::{Load, Store};
-use crate::reduce::{Reduce, group_all_reduce};
-use crate::unroll::{unroll, unrolled_array};
+use crate::abi::{PACK_BYTES, RowShape, rows_per_access};
+use crate::arch::{
+    SharedAddr, WARP_SIZE, block_dim_x, block_idx_x, copy_async, grid_dim_x, load_global_nc, load_shared, store_shared,
+    thread_idx_x,
+};
+#[cfg(feature = "cluster")]
+use crate::arch::{
+    cluster_blocks, cluster_id, cluster_rank, cluster_slots, cluster_sync, clusters, load_shared_remote,
+};
+use crate::pack::{Load, Pack, Store};
+use crate::reduce::{Reduce, block_all_reduce, group_all_reduce};
+use crate::scalar::Scalar;
+use crate::unroll::unroll;
+use core::marker::PhantomData;
+use core::mem::MaybeUninit;
 
 /// Where a lane's rows are on the warp path. A warp steps through rows as a whole
 /// (`warp_first`, `+ step`, ...), its groups at `group_offset` rows from the warp's first, so
@@ -18,7 +29,6 @@ use crate::unroll::{unroll, unrolled_array};
 pub(crate) struct WarpRows {
     pub(crate) width: u32,
     pub(crate) lane: u32,
-    rows_per_access: u64,
     warp_first: u64,
     group_offset: u64,
     step: u64,
@@ -30,7 +40,7 @@ impl WarpRows {
         // A power of two up to 32 (the host checks): shifts and masks, no division.
         let width = args.width.clamp(1, WARP_SIZE);
         let width_log2 = width.trailing_zeros();
-        let rows_per_access = rows_per_access(E, width);
+        let rows_per_access = rows_per_access(E);
         let rows_per_warp = ((WARP_SIZE >> width_log2) as u64) * rows_per_access;
         let warp = ((block_idx_x() * block_dim_x() + thread_idx_x()) / WARP_SIZE) as u64;
         let warps = (grid_dim_x() * block_dim_x() / WARP_SIZE) as u64;
@@ -38,7 +48,6 @@ impl WarpRows {
         WarpRows {
             width,
             lane: thread_idx_x() & (width - 1),
-            rows_per_access,
             warp_first: warp * rows_per_warp,
             group_offset: group_in_warp * rows_per_access,
             step: warps * rows_per_warp,
@@ -54,7 +63,7 @@ impl WarpRows {
     /// Whether row `r` (0 or 1) of the access starting at row `first` exists.
     #[inline(always)]
     pub(crate) fn holds<const E: usize>(&self, r: usize, first: u64, rows: u64) -> bool {
-        row_possible::<E>(r) && (r as u64) < self.rows_per_access && first + (r as u64) < rows
+        row_possible::<E>(r) && first + (r as u64) < rows
     }
 
     /// Whether element `i` of this lane lies inside a row of `cols` (a multiple of `P`).
@@ -68,11 +77,67 @@ impl WarpRows {
     /// rows per access, `first + 1`), the whole warp running the same iterations.
     #[inline(always)]
     pub(crate) fn for_each_access(&self, rows: u64, mut f: impl FnMut(u64)) {
-        let mut base = self.warp_first;
-        while base < rows {
-            f(base + self.group_offset);
-            base += self.step;
-        }
+        strided(self.warp_first, self.step, rows, |base| f(base + self.group_offset));
+    }
+
+    /// Calls `f(r, i, row, col)` for every pack slot of this lane numbered in `packs`, in
+    /// range or not, with the row and column clamped into the view (out-of-range slots read
+    /// the row's last pack again, an L1 hit). Fetching every slot unconditionally keeps the
+    /// loads apart from any fill value: a predicated load merged with a zero fill made ptxas
+    /// copy each result, waiting for it, before issuing the next load. (Written apart from
+    /// [`WarpRows::for_each_pack`]: expressing one through the other cost 20-40 registers.)
+    #[inline(always)]
+    fn for_each_slot<const P: usize, const E: usize>(
+        &self,
+        first: u64,
+        args: &RowShape,
+        packs: core::ops::Range<usize>,
+        mut f: impl FnMut(usize, usize, u64, u64),
+    ) {
+        unroll::<2>(|r| {
+            if row_possible::<E>(r) {
+                let row = (first + r as u64).min(args.rows - 1);
+                unroll::<E>(|i| {
+                    if i % P == 0 && packs.contains(&(i / P)) {
+                        f(r, i, row, self.col::<P>(i).min(args.cols - P as u64));
+                    }
+                });
+            }
+        });
+    }
+
+    /// Calls `f(r, i, row, col)` for each of this lane's packs of `P` numbered in `packs`
+    /// and inside the rows of the access at `first`: `r` the row of the access, `i` the
+    /// pack's first element in the lane.
+    #[inline(always)]
+    fn for_each_pack<const P: usize, const E: usize>(
+        &self,
+        first: u64,
+        args: &RowShape,
+        packs: core::ops::Range<usize>,
+        mut f: impl FnMut(usize, usize, u64, u64),
+    ) {
+        unroll::<2>(|r| {
+            if self.holds::<E>(r, first, args.rows) {
+                unroll::<E>(|i| {
+                    let col = self.col::<P>(i);
+                    if i % P == 0 && packs.contains(&(i / P)) && col < args.cols {
+                        f(r, i, first + r as u64, col);
+                    }
+                });
+            }
+        });
+    }
+}
+
+/// Calls `f(row)` for rows `first, first + step, ...` below `rows` (uniform across the
+/// threads that share them, so barriers and shuffles inside stay converged).
+#[inline(always)]
+fn strided(first: u64, step: u64, rows: u64, mut f: impl FnMut(u64)) {
+    let mut row = first;
+    while row < rows {
+        f(row);
+        row += step;
     }
 }
 
@@ -80,10 +145,31 @@ impl WarpRows {
 /// compile time, so the second row's registers and shuffles vanish from the wide tiers.
 #[inline(always)]
 pub(crate) const fn row_possible<const E: usize>(r: usize) -> bool {
-    r < rows_per_access(E, 1) as usize
+    r < rows_per_access(E) as usize
 }
 
-/// Loads `E` elements per row of up to two rows into registers (`fill` where out of range).
+/// Raw bytes a thread fetches before converting any (32 registers): enough loads in flight
+/// to cover memory latency, few enough that wide fetches (several arrays a pack) do not
+/// cost occupancy.
+const FETCH_BUDGET_BYTES: usize = 128;
+
+/// Packs of `V` fetched together under [`FETCH_BUDGET_BYTES`], at least one and at most
+/// `most`.
+const fn fetch_group<V>(most: usize) -> usize {
+    let size = core::mem::size_of::<V>();
+    let fit = if size == 0 { most } else { FETCH_BUDGET_BYTES / size };
+    if fit < 1 {
+        1
+    } else if fit > most {
+        most
+    } else {
+        fit
+    }
+}
+
+/// Loads `E` elements per row of up to two rows into registers (`fill` where out of range),
+/// a group of packs at a time: the group's fetches first, then its conversions, so its
+/// loads are in flight together.
 #[inline(always)]
 pub(crate) unsafe fn warp_load<L: Load<P>, const P: usize, const E: usize>(
     load: &L,
@@ -92,41 +178,50 @@ pub(crate) unsafe fn warp_load<L: Load<P>, const P: usize, const E: usize>(
     args: &RowShape,
     fill: f32,
 ) -> [[f32; E]; 2] {
+    let group = const { fetch_group::<L::Fetched>(E) };
     let mut buf = [[fill; E]; 2];
-    unroll::<2>(|r| {
-        let row = first + r as u64;
-        if at.holds::<E>(r, first, args.rows) {
-            unroll::<E>(|i| {
-                let col = at.col::<P>(i);
-                if i % P == 0 && col < args.cols {
-                    // SAFETY: row < rows and col + P <= cols (cols is a multiple of P).
-                    let v = unsafe { load.load(row, col) };
-                    unroll::<P>(|j| buf[r][i + j] = v[j]);
-                }
+    unroll::<E>(|start| {
+        if start % group == 0 && start * P < E {
+            let packs = start..start + group;
+            let mut fetched = [[MaybeUninit::<L::Fetched>::uninit(); E]; 2];
+            // SAFETY: the slot's row and column are clamped into the view.
+            at.for_each_slot::<P, E>(first, args, packs.clone(), |r, i, row, col| {
+                fetched[r][i].write(unsafe { load.fetch(row, col) });
+            });
+            at.for_each_pack::<P, E>(first, args, packs, |r, i, row, col| {
+                // SAFETY: every slot was fetched just above, a pack in range at this row
+                // and column (the clamp moves only slots out of range).
+                let v = unsafe { load.convert(fetched[r][i].assume_init(), row, col) };
+                unroll::<P>(|j| buf[r][i + j] = v[j]);
             });
         }
     });
     buf
 }
 
-/// Stores the registers of up to two rows through `store`, mapping each element by `f`.
+/// Stores up to two rows through `store`, a group of packs at a time: `fetch(col)` for the
+/// group first (per-column data the outputs need, such as gamma; `()` for none), then
+/// `values(r, i, fetched)` gives the pack starting at element `i` of row `r` of the access.
 #[inline(always)]
-pub(crate) unsafe fn warp_store<S: Store<P>, const P: usize, const E: usize>(
+pub(crate) unsafe fn warp_store<S: Store<P>, V: Copy, const P: usize, const E: usize>(
     store: &S,
     at: &WarpRows,
     first: u64,
     args: &RowShape,
-    f: impl Fn(usize, usize) -> f32,
+    fetch: impl Fn(u64) -> V,
+    values: impl Fn(usize, usize, V) -> [f32; P],
 ) {
-    unroll::<2>(|r| {
-        let row = first + r as u64;
-        if at.holds::<E>(r, first, args.rows) {
-            unroll::<E>(|i| {
-                let col = at.col::<P>(i);
-                if i % P == 0 && col < args.cols {
-                    // SAFETY: as in warp_load.
-                    unsafe { store.store(unrolled_array(|j| f(r, i + j)), row, col) };
-                }
+    let group = const { fetch_group::<V>(E) };
+    unroll::<E>(|start| {
+        if start % group == 0 && start * P < E {
+            let packs = start..start + group;
+            let mut fetched = [[MaybeUninit::<V>::uninit(); E]; 2];
+            at.for_each_slot::<P, E>(first, args, packs.clone(), |r, i, _, col| {
+                fetched[r][i].write(fetch(col));
+            });
+            // SAFETY: as in warp_load; every slot was fetched just above.
+            at.for_each_pack::<P, E>(first, args, packs, |r, i, row, col| unsafe {
+                store.store(values(r, i, fetched[r][i].assume_init()), row, col)
             });
         }
     });
@@ -150,68 +245,309 @@ pub(crate) unsafe fn warp_row_reduce<R: Reduce, const E: usize>(
     out
 }
 
-/// A block per row: rows `blockIdx.x, blockIdx.x + gridDim.x, ...` (uniform per block).
-#[inline(always)]
-pub(crate) fn block_rows(args: &RowShape, mut per_row: impl FnMut(u64)) {
-    let mut row = block_idx_x() as u64;
-    while row < args.rows {
-        per_row(row);
-        row += grid_dim_x() as u64;
+/// The packs of a row one block handles: all of them, or, on the cluster path, its share.
+#[derive(Clone, Copy)]
+pub(crate) struct Slice {
+    first: u64,
+    packs: u64,
+}
+
+impl Slice {
+    /// Every pack of a row of `shape`.
+    #[inline(always)]
+    pub(crate) fn whole<const P: usize>(shape: &RowShape) -> Slice {
+        Slice { first: 0, packs: shape.cols / P as u64 }
+    }
+
+    /// Whether this is the row's first slice: its block writes the per-row outputs.
+    #[cfg(feature = "norm")]
+    #[inline(always)]
+    pub(crate) fn leads(&self) -> bool {
+        self.first == 0
+    }
+
+    /// Share `rank` of `ranks` of a row of `shape`: consecutive packs, the last share shorter
+    /// (or empty).
+    #[cfg(feature = "cluster")]
+    #[inline(always)]
+    fn share<const P: usize>(shape: &RowShape, rank: u32, ranks: u32) -> Slice {
+        let packs = shape.cols / P as u64;
+        let each = packs.div_ceil(ranks.max(1) as u64);
+        let first = (rank as u64 * each).min(packs);
+        Slice { first, packs: each.min(packs - first) }
     }
 }
 
-/// Calls `f(pack, col)` for this thread's packs of a row, in a block-strided loop.
-#[inline(always)]
-pub(crate) fn block_packs<const P: usize>(args: &RowShape, mut f: impl FnMut(u64, u64)) {
-    let packs = args.cols / P as u64;
-    let mut pack = thread_idx_x() as u64;
-    while pack < packs {
-        f(pack, pack * P as u64);
-        pack += block_dim_x() as u64;
+/// How the block paths split rows over blocks: [`BlockSplit`], a block per row, or (sm_90)
+/// `ClusterSplit`, a cluster of blocks per row, each holding a slice of it.
+pub(crate) trait RowSplit {
+    /// Calls `f(row)` for each row this block works on; every block sharing a row runs the
+    /// same rows.
+    fn rows(&self, shape: &RowShape, f: impl FnMut(u64));
+
+    /// The packs of a row this block handles.
+    fn slice<const P: usize>(&self, shape: &RowShape) -> Slice;
+
+    /// `R` over every thread of the blocks sharing a row; each gets the result.
+    ///
+    /// # Safety
+    /// Every thread of those blocks must call it (it has barriers), the same number of times.
+    unsafe fn all_reduce<R: Reduce>(&self, value: f32) -> f32;
+}
+
+/// A block per row: rows `blockIdx.x, blockIdx.x + gridDim.x, ...`.
+pub(crate) struct BlockSplit;
+
+impl RowSplit for BlockSplit {
+    #[inline(always)]
+    fn rows(&self, shape: &RowShape, f: impl FnMut(u64)) {
+        strided(block_idx_x() as u64, grid_dim_x() as u64, shape.rows, f);
+    }
+
+    #[inline(always)]
+    fn slice<const P: usize>(&self, shape: &RowShape) -> Slice {
+        Slice::whole::<P>(shape)
+    }
+
+    #[inline(always)]
+    unsafe fn all_reduce<R: Reduce>(&self, value: f32) -> f32 {
+        // SAFETY: forwarded to the caller.
+        unsafe { block_all_reduce::<R>(value) }
     }
 }
 
-/// Most packs a thread loads before using any on the block paths' global-memory passes.
-pub(crate) const MAX_BATCH: usize = 4;
+/// A cluster of blocks per row (rows `clusterid, clusterid + clusters, ...`), block `rank`
+/// caching share `rank` of it; reductions combine the blocks' partials through distributed
+/// shared memory, in rank order (deterministic).
+#[cfg(feature = "cluster")]
+pub(crate) struct ClusterSplit {
+    /// Which of the two slots the next reduction uses: consecutive reductions alternate, so
+    /// a block writes a slot again only after a barrier that every block passes once done
+    /// reading it.
+    parity: core::cell::Cell<u32>,
+}
 
-/// Like [`block_packs`], but for global reads: `load(col)` for `batch` packs (at most
-/// [`MAX_BATCH`]), then `consume(pack, loaded)` for each, so every thread keeps several
-/// loads in flight. Measured on the H100: 4 pays on the uncached passes; on the shared
-/// path it pays for f32 but costs f16 its occupancy, which is why it is a parameter.
+#[cfg(feature = "cluster")]
+impl ClusterSplit {
+    /// Runs `body` split over the launch's clusters, then waits for every block of the
+    /// cluster, so none exits while another may still read its shared memory.
+    ///
+    /// # Safety
+    /// The launch must have clusters along x, and every thread must run this.
+    #[inline(always)]
+    pub(crate) unsafe fn run(body: impl FnOnce(&ClusterSplit)) {
+        body(&ClusterSplit { parity: core::cell::Cell::new(0) });
+        // SAFETY: every thread of every block of the cluster gets here once.
+        unsafe { cluster_sync() };
+    }
+}
+
+#[cfg(feature = "cluster")]
+impl RowSplit for ClusterSplit {
+    #[inline(always)]
+    fn rows(&self, shape: &RowShape, f: impl FnMut(u64)) {
+        strided(cluster_id() as u64, clusters() as u64, shape.rows, f);
+    }
+
+    #[inline(always)]
+    fn slice<const P: usize>(&self, shape: &RowShape) -> Slice {
+        Slice::share::<P>(shape, cluster_rank(), cluster_blocks())
+    }
+
+    #[inline(always)]
+    unsafe fn all_reduce<R: Reduce>(&self, value: f32) -> f32 {
+        let slot = cluster_slots().offset(4 * self.parity.get());
+        self.parity.set(self.parity.get() ^ 1);
+        // SAFETY: every thread of the cluster's blocks calls this (the caller's promise):
+        // each block's partial is written before the cluster barrier that releases it, and
+        // read after it; the slot is rewritten only two reductions later (see `parity`).
+        unsafe {
+            let partial = block_all_reduce::<R>(value);
+            if thread_idx_x() == 0 {
+                store_shared(slot, 4, [partial.to_bits(), 0, 0, 0]);
+            }
+            cluster_sync();
+            let mut total = R::IDENTITY;
+            for rank in 0..cluster_blocks() {
+                total = R::combine(total, f32::from_bits(load_shared_remote(slot, rank)));
+            }
+            total
+        }
+    }
+}
+
+/// Calls `f(local, col)` for this thread's packs of `slice`, in a block-strided loop:
+/// `local` counts packs from the slice's first, `col` is the pack's first column.
+#[inline(always)]
+pub(crate) fn block_packs<const P: usize>(slice: Slice, mut f: impl FnMut(u64, u64)) {
+    let mut local = thread_idx_x() as u64;
+    while local < slice.packs {
+        f(local, (slice.first + local) * P as u64);
+        local += block_dim_x() as u64;
+    }
+}
+
+/// Most packs a thread fetches before using any on the block paths' global-memory passes.
+const MAX_BATCH: usize = 4;
+
+/// Like [`block_packs`], but for global reads: `fetch(col)` for a batch of packs (up to
+/// [`MAX_BATCH`], within [`FETCH_BUDGET_BYTES`]), then `consume(local, col, fetched)` for each, so
+/// every thread keeps several loads in flight. Fetches are raw words (four registers a
+/// pack whatever the dtype), so a batch costs 16-bit rows no more registers than f32 rows.
 #[inline(always)]
 pub(crate) fn block_packs_loaded<const P: usize, V: Copy>(
-    args: &RowShape,
-    batch: usize,
-    mut load: impl FnMut(u64) -> V,
-    mut consume: impl FnMut(u64, V),
+    slice: Slice,
+    mut fetch: impl FnMut(u64) -> V,
+    mut consume: impl FnMut(u64, u64, V),
 ) {
-    let batch = batch.clamp(1, MAX_BATCH) as u64;
-    let packs = args.cols / P as u64;
+    let batch = const { fetch_group::<V>(MAX_BATCH) } as u64;
     let block = block_dim_x() as u64;
-    let mut pack = thread_idx_x() as u64;
-    while pack + (batch - 1) * block < packs {
-        let first = load(pack * P as u64);
-        let mut loaded = [first; MAX_BATCH];
+    let col = |local: u64| (slice.first + local) * P as u64;
+    let mut local = thread_idx_x() as u64;
+    while local + (batch - 1) * block < slice.packs {
+        let first = fetch(col(local));
+        let mut fetched = [first; MAX_BATCH];
         unroll::<MAX_BATCH>(|u| {
             if u > 0 && (u as u64) < batch {
-                loaded[u] = load((pack + u as u64 * block) * P as u64);
+                fetched[u] = fetch(col(local + u as u64 * block));
             }
         });
         unroll::<MAX_BATCH>(|u| {
             if (u as u64) < batch {
-                consume(pack + u as u64 * block, loaded[u])
+                let at = local + u as u64 * block;
+                consume(at, col(at), fetched[u])
             }
         });
-        pack += batch * block;
+        local += batch * block;
     }
-    while pack < packs {
-        consume(pack, load(pack * P as u64));
-        pack += block;
+    while local < slice.packs {
+        consume(local, col(local), fetch(col(local)));
+        local += block;
     }
 }
 
-/// Packs batched while filling the shared-memory cache: 4 for f32 packs, 1 for 16-bit
-/// packs, whose f32 registers would halve the blocks resident per SM.
-pub(crate) const fn shared_batch(pack: usize) -> usize {
-    if pack >= 8 { 1 } else { MAX_BATCH }
+/// A block's row cached in shared memory as `C` (the dtype holding the row's values
+/// exactly, so a 16-bit row takes half the bytes of f32), in packs of `P` elements. A pack's
+/// bytes are split into accesses of at most 16 bytes, access `q` of every pack stored
+/// together, so a warp's vector accesses are consecutive and conflict-free. A thread reads
+/// back only the packs it wrote (after `wait_async_copies` for copied ones): no barrier
+/// guards the cache.
+#[derive(Clone, Copy)]
+pub(crate) struct RowCache<C, const P: usize> {
+    base: SharedAddr,
+    slice: Slice,
+    _element: PhantomData<C>,
+}
+
+impl<C: Scalar, const P: usize> RowCache<C, P> {
+    /// Bytes of one access.
+    const ACCESS: usize = if P * C::BYTES < PACK_BYTES { P * C::BYTES } else { PACK_BYTES };
+    /// Accesses per pack (1, or 2 for packs of 8 f32s).
+    const ACCESSES: usize = P * C::BYTES / Self::ACCESS;
+    /// Elements per access.
+    const PER_ACCESS: usize = Self::ACCESS / C::BYTES;
+
+    /// The cache of `slice` of a row, at `base`.
+    #[inline(always)]
+    pub(crate) fn new(base: SharedAddr, slice: Slice) -> Self {
+        RowCache { base, slice, _element: PhantomData }
+    }
+
+    /// Where the shared memory after this cache starts (for a second cached array).
+    #[inline(always)]
+    pub(crate) fn end(&self) -> SharedAddr {
+        self.base.offset(self.slice.packs as u32 * (P * C::BYTES) as u32)
+    }
+
+    #[inline(always)]
+    fn at(&self, local: u64, access: usize) -> SharedAddr {
+        self.base.offset((access as u32 * self.slice.packs as u32 + local as u32) * Self::ACCESS as u32)
+    }
+
+    /// Caches this thread's packs of `row` as `load` reads them. A load with a source has
+    /// its packs copied to shared memory as the source holds them (`cp.async`: all in
+    /// flight at once, no registers; read them after `wait_async_copies`). Other loads'
+    /// packs are fetched in batches, converted and written. Measured reason for the copies:
+    /// ptxas issued each register-staged pack's shared store right after its load, and the
+    /// next load only after that store.
+    ///
+    /// # Safety
+    /// `row` must be a row of `shape`, whose packs the launch sized the cache for.
+    #[inline(always)]
+    pub(crate) unsafe fn fill<L: Load<P, Exact = C>>(&self, load: &L, row: u64) {
+        match load.source() {
+            // cp.async moves 4, 8 or 16 bytes; a source's pack is one access.
+            Some(view) if Self::ACCESS >= 4 => block_packs::<P>(self.slice, |local, col| {
+                // SAFETY: the pack is inside the row and the cache, aligned to its size.
+                unsafe { copy_async(self.at(local, 0), view.at(row, col), Self::ACCESS) }
+            }),
+            // Single 16-bit elements: copied through registers, still untransformed.
+            Some(view) => block_packs_loaded::<P, _>(
+                self.slice,
+                // SAFETY: the element is inside the row.
+                |col| unsafe { load_global_nc(view.at(row, col), Self::ACCESS) },
+                // SAFETY: the element is inside the cache.
+                |local, _, words| unsafe { store_shared(self.at(local, 0), Self::ACCESS, words) },
+            ),
+            None => block_packs_loaded::<P, _>(
+                self.slice,
+                // SAFETY: the pack is inside the row.
+                |col| unsafe { load.fetch(row, col) },
+                // SAFETY: what `fetch` returned for this pack; the pack is inside the cache.
+                |local, col, fetched| unsafe { self.write(local, load.convert(fetched, row, col)) },
+            ),
+        }
+    }
+
+    /// The values of pack `local` of the slice of `row` as `load` gives them: the cached ones,
+    /// transformed where the cache holds the load's source.
+    ///
+    /// # Safety
+    /// This thread must have filled the pack through `load` (and waited for its copies).
+    #[inline(always)]
+    pub(crate) unsafe fn read<L: Load<P, Exact = C>>(&self, load: &L, row: u64, local: u64) -> [f32; P] {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            let cached = self.read_cached(local);
+            let col = (self.slice.first + local) * P as u64;
+            if load.source().is_some() { load.transform(cached, row, col) } else { cached }
+        }
+    }
+
+    /// # Safety
+    /// `pack` must be a pack of the row, inside the shared memory the launch sized.
+    #[inline(always)]
+    unsafe fn write(&self, pack: u64, values: [f32; P]) {
+        unroll::<2>(|access| {
+            if access < Self::ACCESSES {
+                let mut words = Pack::<C, 8>::new();
+                unroll::<8>(|k| {
+                    if k < Self::PER_ACCESS {
+                        words.set(k, C::from_f32(values[access * Self::PER_ACCESS + k]));
+                    }
+                });
+                // SAFETY: forwarded to the caller; the access is aligned to its size.
+                unsafe { store_shared(self.at(pack, access), Self::ACCESS, words.words()) };
+            }
+        });
+    }
+
+    /// # Safety
+    /// As [`RowCache::write`], after this thread wrote `pack`.
+    #[inline(always)]
+    unsafe fn read_cached(&self, pack: u64) -> [f32; P] {
+        let mut values = [0.0; P];
+        unroll::<2>(|access| {
+            if access < Self::ACCESSES {
+                // SAFETY: forwarded to the caller.
+                let words = Pack::<C, 8>::from_words(unsafe { load_shared(self.at(pack, access), Self::ACCESS) });
+                unroll::<8>(|k| {
+                    if k < Self::PER_ACCESS {
+                        values[access * Self::PER_ACCESS + k] = words.get(k).to_f32();
+                    }
+                });
+            }
+        });
+        values
+    }
 }

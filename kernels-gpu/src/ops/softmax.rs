@@ -4,14 +4,18 @@
 //! Every kernel reads through a [`Load`] and writes through a [`Store`], so the fused
 //! variants (scale and mask, causal mask, cross entropy) are functors over the same bodies.
 
+#[cfg(feature = "cluster")]
+use super::rows::ClusterSplit;
 use super::rows::{
-    MAX_BATCH, WarpRows, block_packs, block_packs_loaded, block_rows, shared_batch, warp_load, warp_row_reduce,
+    BlockSplit, RowCache, RowSplit, Slice, WarpRows, block_packs, block_packs_loaded, warp_load, warp_row_reduce,
     warp_store,
 };
+#[cfg(feature = "cluster")]
+use crate::abi::ROW_PATH_CLUSTER;
 use crate::abi::{CROSS_ENTROPY_IGNORE_INDEX, ROW_PATH_SHARED, ROW_PATH_UNCACHED, SoftmaxArgs};
-use crate::arch::dynamic_shared;
+use crate::arch::{dynamic_shared_addr, wait_async_copies};
 use crate::math::exp;
-use crate::pack::{DirectLoad, DirectStore, Load, RowMajor, Store};
+use crate::pack::{DirectLoad, DirectStore, Load, Pack, RowMajor, Store};
 use crate::reduce::{Max, Sum, block_all_reduce};
 use crate::scalar::Scalar;
 use crate::unroll::{unroll, unrolled_array};
@@ -64,46 +68,51 @@ unsafe fn warp_forward<L: Load<P>, S: Store<P>, const P: usize, const E: usize>(
             at.width,
         );
         let norm = [Normalize::new(max[0], sum[0], log), Normalize::new(max[1], sum[1], log)];
-        warp_store::<S, P, E>(store, &at, first, &args.shape, |r, i| norm[r].apply(buf[r][i]));
+        warp_store::<S, _, P, E>(
+            store,
+            &at,
+            first,
+            &args.shape,
+            |_| (),
+            |r, i, ()| unrolled_array(|j| norm[r].apply(buf[r][i + j])),
+        );
     });
 }
 
+/// The row cached in shared memory, split over blocks as `split` says (a block, or a
+/// cluster of blocks each holding a slice).
 #[inline(always)]
-unsafe fn shared_forward<L: Load<P>, S: Store<P>, const P: usize>(load: &L, store: &S, args: &SoftmaxArgs) {
+unsafe fn shared_forward<L: Load<P>, S: Store<P>, const P: usize>(
+    load: &L,
+    store: &S,
+    args: &SoftmaxArgs,
+    split: &impl RowSplit,
+) {
     let log = args.log != 0;
-    let packs = (args.shape.cols / P as u64) as usize;
-    let cache = dynamic_shared::<f32>();
-    // Element j of pack p sits at cache[j * packs + p]: consecutive threads, consecutive words.
-    let slot = |pack: u64, j: usize| j * packs + pack as usize;
-    // SAFETY (block): the launch sizes the cache to `cols` f32s; each thread touches only
+    let slice = split.slice::<P>(&args.shape);
+    let cache = RowCache::<L::Exact, P>::new(dynamic_shared_addr(), slice);
+    // SAFETY (block): the launch sizes shared memory for the cache; each thread touches only
     // its own packs' slots, so no barrier is needed beyond those in the reductions.
-    block_rows(&args.shape, |row| unsafe {
+    split.rows(&args.shape, |row| unsafe {
+        cache.fill(load, row);
+        wait_async_copies();
         let mut thread_max = f32::NEG_INFINITY;
-        block_packs_loaded::<P, [f32; P]>(
-            &args.shape,
-            shared_batch(P),
-            |col| load.load(row, col),
-            |pack, v| {
-                unroll::<P>(|j| {
-                    cache.add(slot(pack, j)).write(v[j]);
-                    thread_max = thread_max.max(v[j]);
-                })
-            },
-        );
-        let max = block_all_reduce::<Max>(thread_max);
-        let mut thread_sum = 0.0;
-        block_packs::<P>(&args.shape, |pack, _| {
-            unroll::<P>(|j| {
-                let e = exp(cache.add(slot(pack, j)).read() - max);
-                thread_sum += e;
-                if !log {
-                    cache.add(slot(pack, j)).write(e);
-                }
-            });
+        block_packs::<P>(slice, |local, _| {
+            let v = cache.read(load, row, local);
+            unroll::<P>(|j| thread_max = thread_max.max(v[j]));
         });
-        let norm = Normalize::new(max, block_all_reduce::<Sum>(thread_sum), log);
-        block_packs::<P>(&args.shape, |pack, col| {
-            store.store(unrolled_array(|j| norm.apply(cache.add(slot(pack, j)).read())), row, col);
+        let max = split.all_reduce::<Max>(thread_max);
+        // e^(x - max) is computed again for the output rather than cached: the cache holds
+        // the row's own dtype, which would round it.
+        let mut thread_sum = 0.0;
+        block_packs::<P>(slice, |local, _| {
+            let v = cache.read(load, row, local);
+            unroll::<P>(|j| thread_sum += exp(v[j] - max));
+        });
+        let norm = Normalize::new(max, split.all_reduce::<Sum>(thread_sum), log);
+        block_packs::<P>(slice, |local, col| {
+            let v = cache.read(load, row, local);
+            store.store(unrolled_array(|j| norm.apply(if log { v[j] } else { exp(v[j] - max) })), row, col);
         });
     });
 }
@@ -134,23 +143,20 @@ impl Online {
 #[inline(always)]
 unsafe fn uncached_forward<L: Load<P>, S: Store<P>, const P: usize>(load: &L, store: &S, args: &SoftmaxArgs) {
     let log = args.log != 0;
+    let slice = Slice::whole::<P>(&args.shape);
     // SAFETY (block): every column visited is a pack inside the row.
-    block_rows(&args.shape, |row| unsafe {
+    BlockSplit.rows(&args.shape, |row| unsafe {
+        let fetch = |col| load.fetch(row, col);
         let mut online = Online { max: f32::NEG_INFINITY, sum: 0.0 };
-        block_packs_loaded::<P, [f32; P]>(&args.shape, MAX_BATCH, |col| load.load(row, col), |_, v| online.add(v));
+        block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| online.add(load.convert(fetched, row, col)));
         let max = block_all_reduce::<Max>(online.max);
         // A thread that saw only -inf contributes 0 (its max is -inf, its sum 0).
         let rescaled = if online.max > f32::NEG_INFINITY { online.sum * exp(online.max - max) } else { 0.0 };
         let norm = Normalize::new(max, block_all_reduce::<Sum>(rescaled), log);
-        block_packs_loaded::<P, [f32; P]>(
-            &args.shape,
-            MAX_BATCH,
-            |col| load.load(row, col),
-            |pack, v| {
-                let out = unrolled_array(|j| norm.apply(if log { v[j] } else { exp(v[j] - max) }));
-                store.store(out, row, pack * P as u64);
-            },
-        );
+        block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| {
+            let v = load.convert(fetched, row, col);
+            store.store(unrolled_array(|j| norm.apply(if log { v[j] } else { exp(v[j] - max) })), row, col);
+        });
     });
 }
 
@@ -165,7 +171,9 @@ unsafe fn forward_path<L: Load<P>, S: Store<P>, const P: usize, const PATH: usiz
     unsafe {
         match PATH {
             ROW_PATH_UNCACHED => uncached_forward::<L, S, P>(load, store, args),
-            ROW_PATH_SHARED => shared_forward::<L, S, P>(load, store, args),
+            ROW_PATH_SHARED => shared_forward::<L, S, P>(load, store, args, &BlockSplit),
+            #[cfg(feature = "cluster")]
+            ROW_PATH_CLUSTER => ClusterSplit::run(|split| shared_forward::<L, S, P>(load, store, args, split)),
             _ => warp_forward::<L, S, P, PATH>(load, store, args),
         }
     }
@@ -192,6 +200,38 @@ impl Gradient {
     }
 }
 
+/// The backward with the rows cached in shared memory, split over blocks as `split` says.
+#[inline(always)]
+unsafe fn shared_backward<LY: Load<P>, LD: Load<P>, S: Store<P>, const P: usize>(
+    load_y: &LY,
+    load_dy: &LD,
+    store: &S,
+    args: &SoftmaxArgs,
+    split: &impl RowSplit,
+) {
+    let log = args.log != 0;
+    let slice = split.slice::<P>(&args.shape);
+    // y's cache, then dy's.
+    let cache_y = RowCache::<LY::Exact, P>::new(dynamic_shared_addr(), slice);
+    let cache_dy = RowCache::<LD::Exact, P>::new(cache_y.end(), slice);
+    // SAFETY (block): as shared_forward.
+    split.rows(&args.shape, |row| unsafe {
+        cache_y.fill(load_y, row);
+        cache_dy.fill(load_dy, row);
+        wait_async_copies();
+        let mut thread_sum = 0.0;
+        block_packs::<P>(slice, |local, _| {
+            let (y, dy) = (cache_y.read(load_y, row, local), cache_dy.read(load_dy, row, local));
+            unroll::<P>(|j| thread_sum += Gradient::term(log, y[j], dy[j]));
+        });
+        let g = Gradient { log, sum: split.all_reduce::<Sum>(thread_sum) };
+        block_packs::<P>(slice, |local, col| {
+            let (y, dy) = (cache_y.read(load_y, row, local), cache_dy.read(load_dy, row, local));
+            store.store(unrolled_array(|j| g.apply(y[j], dy[j])), row, col);
+        });
+    });
+}
+
 #[inline(always)]
 unsafe fn backward_path<LY: Load<P>, LD: Load<P>, S: Store<P>, const P: usize, const PATH: usize>(
     load_y: &LY,
@@ -203,45 +243,27 @@ unsafe fn backward_path<LY: Load<P>, LD: Load<P>, S: Store<P>, const P: usize, c
     // SAFETY (whole body): as the forward paths.
     unsafe {
         match PATH {
-            ROW_PATH_UNCACHED => block_rows(&args.shape, |row| {
-                let pair = |col| (load_y.load(row, col), load_dy.load(row, col));
-                let mut thread_sum = 0.0;
-                block_packs_loaded::<P, _>(&args.shape, MAX_BATCH, pair, |_, (y, dy)| {
-                    unroll::<P>(|j| thread_sum += Gradient::term(log, y[j], dy[j]))
-                });
-                let g = Gradient { log, sum: block_all_reduce::<Sum>(thread_sum) };
-                block_packs_loaded::<P, _>(&args.shape, MAX_BATCH, pair, |pack, (y, dy)| {
-                    store.store(unrolled_array(|j| g.apply(y[j], dy[j])), row, pack * P as u64)
-                });
-            }),
-            ROW_PATH_SHARED => {
-                let packs = (args.shape.cols / P as u64) as usize;
-                let cache = dynamic_shared::<f32>();
-                // y in the first `cols` slots, dy in the next.
-                let slot = |pack: u64, j: usize| j * packs + pack as usize;
-                let dy_at = packs * P;
-                block_rows(&args.shape, |row| {
+            ROW_PATH_UNCACHED => {
+                let slice = Slice::whole::<P>(&args.shape);
+                BlockSplit.rows(&args.shape, |row| {
+                    let fetch = |col| (load_y.fetch(row, col), load_dy.fetch(row, col));
+                    let convert = |(y, dy), col| (load_y.convert(y, row, col), load_dy.convert(dy, row, col));
                     let mut thread_sum = 0.0;
-                    block_packs_loaded::<P, _>(
-                        &args.shape,
-                        1,
-                        |col| (load_y.load(row, col), load_dy.load(row, col)),
-                        |pack, (y, dy)| {
-                            unroll::<P>(|j| {
-                                cache.add(slot(pack, j)).write(y[j]);
-                                cache.add(dy_at + slot(pack, j)).write(dy[j]);
-                                thread_sum += Gradient::term(log, y[j], dy[j]);
-                            })
-                        },
-                    );
-                    let g = Gradient { log, sum: block_all_reduce::<Sum>(thread_sum) };
-                    block_packs::<P>(&args.shape, |pack, col| {
-                        let out = unrolled_array(|j| {
-                            g.apply(cache.add(slot(pack, j)).read(), cache.add(dy_at + slot(pack, j)).read())
-                        });
-                        store.store(out, row, col);
+                    block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| {
+                        let (y, dy) = convert(fetched, col);
+                        unroll::<P>(|j| thread_sum += Gradient::term(log, y[j], dy[j]))
                     });
-                });
+                    let g = Gradient { log, sum: block_all_reduce::<Sum>(thread_sum) };
+                    block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| {
+                        let (y, dy) = convert(fetched, col);
+                        store.store(unrolled_array(|j| g.apply(y[j], dy[j])), row, col)
+                    });
+                })
+            }
+            ROW_PATH_SHARED => shared_backward::<LY, LD, S, P>(load_y, load_dy, store, args, &BlockSplit),
+            #[cfg(feature = "cluster")]
+            ROW_PATH_CLUSTER => {
+                ClusterSplit::run(|split| shared_backward::<LY, LD, S, P>(load_y, load_dy, store, args, split))
             }
             _ => {
                 let at = WarpRows::new::<PATH>(&args.shape);
@@ -250,7 +272,14 @@ unsafe fn backward_path<LY: Load<P>, LD: Load<P>, S: Store<P>, const P: usize, c
                     let dy = warp_load::<LD, P, PATH>(load_dy, &at, first, &args.shape, 0.0);
                     let sum = warp_row_reduce::<Sum, PATH>(|r, i| Gradient::term(log, y[r][i], dy[r][i]), at.width);
                     let g = [Gradient { log, sum: sum[0] }, Gradient { log, sum: sum[1] }];
-                    warp_store::<S, P, PATH>(store, &at, first, &args.shape, |r, i| g[r].apply(y[r][i], dy[r][i]));
+                    warp_store::<S, _, P, PATH>(
+                        store,
+                        &at,
+                        first,
+                        &args.shape,
+                        |_| (),
+                        |r, i, ()| unrolled_array(|j| g[r].apply(y[r][i + j], dy[r][i + j])),
+                    );
                 });
             }
         }
@@ -267,10 +296,18 @@ pub struct ScaleMaskLoad<T> {
 }
 
 impl<T: Scalar, const N: usize> Load<N> for ScaleMaskLoad<T> {
+    type Fetched = (Pack<T, N>, Pack<T, N>);
+    type Exact = f32;
+
     #[inline(always)]
-    unsafe fn load(&self, row: u64, col: u64) -> [f32; N] {
+    unsafe fn fetch(&self, row: u64, col: u64) -> Self::Fetched {
         // SAFETY: forwarded; the mask has `period` rows of the same width.
-        let (x, m): ([f32; N], [f32; N]) = unsafe { (self.x.load(row, col), self.mask.load(row % self.period, col)) };
+        unsafe { (self.x.fetch(row, col), self.mask.fetch(row % self.period, col)) }
+    }
+
+    #[inline(always)]
+    unsafe fn convert(&self, (x, mask): Self::Fetched, _row: u64, _col: u64) -> [f32; N] {
+        let (x, m) = (x.to_f32(), mask.to_f32());
         unrolled_array(|j| x[j] * self.scale + m[j])
     }
 }
@@ -284,10 +321,28 @@ pub struct CausalLoad<T> {
 }
 
 impl<T: Scalar, const N: usize> Load<N> for CausalLoad<T> {
+    type Fetched = Pack<T, N>;
+    type Exact = T;
+
     #[inline(always)]
-    unsafe fn load(&self, row: u64, col: u64) -> [f32; N] {
+    unsafe fn fetch(&self, row: u64, col: u64) -> Pack<T, N> {
         // SAFETY: forwarded.
-        let x: [f32; N] = unsafe { self.x.load(row, col) };
+        unsafe { self.x.fetch(row, col) }
+    }
+
+    #[inline(always)]
+    unsafe fn convert(&self, x: Pack<T, N>, row: u64, col: u64) -> [f32; N] {
+        // SAFETY: forwarded.
+        unsafe { self.transform(x.to_f32(), row, col) }
+    }
+
+    #[inline(always)]
+    fn source(&self) -> Option<RowMajor<T>> {
+        Some(self.x.0)
+    }
+
+    #[inline(always)]
+    unsafe fn transform(&self, x: [f32; N], row: u64, col: u64) -> [f32; N] {
         let last = row % self.period;
         unrolled_array(|j| if col + j as u64 <= last { x[j] * self.scale } else { f32::NEG_INFINITY })
     }

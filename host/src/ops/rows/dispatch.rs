@@ -3,15 +3,21 @@
 //!
 //! The ladder, as OneFlow's: up to 1024 columns the warp path (the row in registers);
 //! otherwise one block per row with the row cached in shared memory, when the kernel can
-//! launch with that much; otherwise one block per row re-reading global memory.
+//! launch with that much; otherwise, on GPUs with thread-block clusters (sm_90), a cluster
+//! of blocks per row, each caching a slice; otherwise one block per row re-reading global
+//! memory.
 
 use crate::DeviceInfo;
 use crate::launch::WAVES;
 use crate::launch::grid_stride_blocks;
-use rill_kernels_gpu::abi::{ROW_PATH_SHARED, ROW_PATH_UNCACHED, ROW_WARP_BLOCK_SIZE, rows_per_access};
+use rill_kernels_gpu::abi::{
+    ROW_CLUSTER_SIZES, ROW_PATH_CLUSTER, ROW_PATH_SHARED, ROW_PATH_UNCACHED, ROW_WARP_BLOCK_SIZE, rows_per_access,
+};
 
 /// Elements per lane the warp kernels are compiled for.
-pub const WARP_ELEMENTS: [u32; 3] = [8, 16, 32];
+/// 24 serves rows of 513 to 768 columns: as the 32-element tier, a 768-column row left each
+/// lane a fourth pack of registers and loads with nothing in it.
+pub const WARP_ELEMENTS: [u32; 4] = [8, 16, 24, 32];
 
 /// Widest row the warp path takes: 32 lanes of the largest register tier.
 pub const WARP_MAX_COLS: usize = 32 * 32;
@@ -23,6 +29,10 @@ pub const BLOCK_SIZES: [u32; 4] = [128, 256, 512, 1024];
 /// dynamic shared memory must leave room for.
 pub const STATIC_SHARED_BYTES: u32 = 128;
 
+/// Static shared memory of the cluster kernels: the block-reduction scratch and the two
+/// slots of the cluster reductions.
+pub const CLUSTER_STATIC_SHARED_BYTES: u32 = STATIC_SHARED_BYTES + 16;
+
 /// An implementation, with its shape parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Path {
@@ -33,6 +43,8 @@ pub enum Path {
     Shared { block: u32, shared_bytes: u32 },
     /// One block per row, re-reading the row from global memory.
     Uncached { block: u32 },
+    /// `cluster` blocks per row, each caching a slice of it in `shared_bytes`.
+    Cluster { cluster: u32, block: u32, shared_bytes: u32 },
 }
 
 /// The implementations, to force one in tests and benchmarks.
@@ -41,6 +53,7 @@ pub enum PathKind {
     Warp,
     Shared,
     Uncached,
+    Cluster,
 }
 
 /// What a launch will do: path, pack (elements per vectorized access) and grid.
@@ -57,19 +70,20 @@ impl Plan {
             Path::Warp { .. } => PathKind::Warp,
             Path::Shared { .. } => PathKind::Shared,
             Path::Uncached { .. } => PathKind::Uncached,
+            Path::Cluster { .. } => PathKind::Cluster,
         }
     }
 
     pub fn block(&self) -> u32 {
         match self.path {
             Path::Warp { .. } => ROW_WARP_BLOCK_SIZE,
-            Path::Shared { block, .. } | Path::Uncached { block } => block,
+            Path::Shared { block, .. } | Path::Uncached { block } | Path::Cluster { block, .. } => block,
         }
     }
 
     pub fn shared_bytes(&self) -> u32 {
         match self.path {
-            Path::Shared { shared_bytes, .. } => shared_bytes,
+            Path::Shared { shared_bytes, .. } | Path::Cluster { shared_bytes, .. } => shared_bytes,
             _ => 0,
         }
     }
@@ -79,9 +93,11 @@ impl Plan {
         match self.path {
             Path::Warp { elements: 8, .. } => ("warp8", 8),
             Path::Warp { elements: 16, .. } => ("warp16", 16),
+            Path::Warp { elements: 24, .. } => ("warp24", 24),
             Path::Warp { .. } => ("warp32", 32),
             Path::Shared { .. } => ("shared", ROW_PATH_SHARED),
             Path::Uncached { .. } => ("uncached", ROW_PATH_UNCACHED),
+            Path::Cluster { .. } => ("cluster", ROW_PATH_CLUSTER),
         }
     }
 
@@ -91,6 +107,9 @@ impl Plan {
             Path::Warp { width, elements } => format!("warp path: {width} lanes/row, {elements} elements/lane"),
             Path::Shared { block, shared_bytes } => format!("shared path: block {block}, {shared_bytes} B shared"),
             Path::Uncached { block } => format!("uncached path: block {block}"),
+            Path::Cluster { cluster, block, shared_bytes } => {
+                format!("cluster path: {cluster} blocks of {block} a row, {shared_bytes} B shared each")
+            }
         };
         format!("{path}, pack {}, grid {}", self.pack, self.grid)
     }
@@ -103,9 +122,9 @@ pub struct Problem {
     pub cols: usize,
     /// The widest pack every address and the row length allow (1 or the dtype's widest).
     pub pack: usize,
-    /// Arrays cached per row on the shared path (1 for a forward, 2 for a backward that
-    /// reads two).
-    pub cached_arrays: u32,
+    /// Bytes per column the shared path caches (each cached array's exact dtype: the
+    /// input's for plain loads, f32 for fused ones; a backward caches two arrays).
+    pub cache_bytes_per_col: u32,
     /// The most threads per block the block-path kernels launch with (their register use
     /// decides it; the driver reports it).
     pub block_limit: u32,
@@ -118,8 +137,21 @@ pub struct Problem {
 /// occupancy API), or an error from the driver.
 pub type Occupancy<'a> = &'a dyn Fn(u32, u32) -> crate::Result<u32>;
 
-/// The plan for `problem`; `occupancy` answers for the shared-memory kernel.
-pub fn plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancy<'_>) -> crate::Result<Plan> {
+/// Clusters of `cluster` blocks of `block` threads and `shared` bytes each that the cluster
+/// kernel keeps resident at once (0 where it cannot launch so), or an error from the driver.
+pub type ClusterOccupancy<'a> = &'a dyn Fn(u32, u32, u32) -> crate::Result<u32>;
+
+/// The occupancy questions the planner may ask.
+#[derive(Clone, Copy)]
+pub struct Occupancies<'a> {
+    /// For the shared-path kernel.
+    pub shared: Occupancy<'a>,
+    /// For the cluster-path kernel (never asked on GPUs without clusters).
+    pub cluster: ClusterOccupancy<'a>,
+}
+
+/// The plan for `problem`.
+pub fn plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancies<'_>) -> crate::Result<Plan> {
     let warp_fits = problem.cols <= WARP_MAX_COLS;
     let warp_chosen = problem.cols <= problem.warp_max_cols.min(WARP_MAX_COLS);
     match problem.force {
@@ -132,9 +164,18 @@ pub fn plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancy<'_>) ->
         Some(PathKind::Warp) => return Ok(warp_plan(problem, device)),
         Some(PathKind::Uncached) => return Ok(uncached_plan(problem, device)),
         Some(PathKind::Shared) => {
-            return shared_plan(problem, device, occupancy)?.ok_or_else(|| {
+            return shared_plan(problem, device, occupancy.shared)?.ok_or_else(|| {
                 crate::Error::Unsupported(format!(
                     "a row of {} columns does not fit in this device's shared memory",
+                    problem.cols
+                ))
+            });
+        }
+        Some(PathKind::Cluster) => {
+            return cluster_plan(problem, device, occupancy.cluster)?.ok_or_else(|| {
+                crate::Error::Unsupported(format!(
+                    "no cluster of up to {} blocks holds a row of {} columns on this device (clusters need sm_90)",
+                    ROW_CLUSTER_SIZES[ROW_CLUSTER_SIZES.len() - 1],
                     problem.cols
                 ))
             });
@@ -144,14 +185,17 @@ pub fn plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancy<'_>) ->
     if warp_chosen {
         return Ok(warp_plan(problem, device));
     }
-    Ok(shared_plan(problem, device, occupancy)?.unwrap_or_else(|| uncached_plan(problem, device)))
+    if let Some(plan) = shared_plan(problem, device, occupancy.shared)? {
+        return Ok(plan);
+    }
+    Ok(cluster_plan(problem, device, occupancy.cluster)?.unwrap_or_else(|| uncached_plan(problem, device)))
 }
 
 fn warp_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
     let cols = problem.cols.max(1) as u32;
     let elements = WARP_ELEMENTS.into_iter().find(|&e| cols <= 32 * e).unwrap_or(32);
     let width = cols.div_ceil(elements).next_power_of_two().min(32);
-    let rows_per_access = rows_per_access(elements as usize, width);
+    let rows_per_access = rows_per_access(elements as usize);
     let threads = (problem.rows as u64).div_ceil(rows_per_access) * width as u64;
     Plan {
         path: Path::Warp { width, elements },
@@ -168,7 +212,7 @@ fn block_grid(rows: usize, block: u32, device: &DeviceInfo) -> u32 {
 /// The shared path, if the row fits: the largest block size that keeps as many blocks
 /// resident per SM as 128 threads do (more threads per row at no cost in occupancy).
 fn shared_plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancy<'_>) -> crate::Result<Option<Plan>> {
-    let bytes = problem.cols as u64 * 4 * problem.cached_arrays as u64;
+    let bytes = problem.cols as u64 * problem.cache_bytes_per_col as u64;
     let limit = device.max_shared_bytes_per_block_optin.saturating_sub(STATIC_SHARED_BYTES) as u64;
     if bytes > limit {
         return Ok(None);
@@ -191,6 +235,41 @@ fn shared_plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancy<'_>)
     }))
 }
 
+/// The cluster path, on GPUs with clusters: the fewest blocks per row whose slices fit in
+/// shared memory and that the device can keep resident, each block as large as the kernel
+/// allows (more loads in flight); clusters loop over rows, in waves of the resident ones.
+/// Measured on the H100: preferring slices small enough for two blocks per SM lifted the
+/// softmax backward at 131072 columns from 79% to 88% of copy but dropped the f32 norm
+/// backward at 32768 from 80% to 57%, so the fewest blocks it is.
+fn cluster_plan(
+    problem: &Problem,
+    device: &DeviceInfo,
+    occupancy: ClusterOccupancy<'_>,
+) -> crate::Result<Option<Plan>> {
+    if device.compute_capability.0 < 9 {
+        return Ok(None);
+    }
+    let limit = device.max_shared_bytes_per_block_optin.saturating_sub(CLUSTER_STATIC_SHARED_BYTES) as u64;
+    let packs = (problem.cols / problem.pack.max(1)) as u64;
+    let slice_bytes =
+        |cluster: u32| packs.div_ceil(cluster as u64) * problem.pack as u64 * problem.cache_bytes_per_col as u64;
+    for cluster in ROW_CLUSTER_SIZES.into_iter().filter(|&c| slice_bytes(c) <= limit) {
+        let bytes = slice_bytes(cluster);
+        for block in BLOCK_SIZES.into_iter().rev().filter(|&b| b <= problem.block_limit) {
+            let resident = occupancy(cluster, block, bytes as u32)?;
+            if resident > 0 {
+                let clusters = (problem.rows as u64).min(resident as u64 * WAVES as u64).max(1);
+                return Ok(Some(Plan {
+                    path: Path::Cluster { cluster, block, shared_bytes: bytes as u32 },
+                    pack: problem.pack,
+                    grid: (clusters * cluster as u64) as u32,
+                }));
+            }
+        }
+    }
+    Ok(None)
+}
+
 fn uncached_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
     // The largest block the kernel allows: more threads per row, more loads in flight.
     let block = BLOCK_SIZES.into_iter().rev().find(|&b| b <= problem.block_limit).unwrap_or(BLOCK_SIZES[0]);
@@ -203,7 +282,15 @@ mod tests {
     use crate::launch::tests::h100;
 
     fn problem(rows: usize, cols: usize, pack: usize) -> Problem {
-        Problem { rows, cols, pack, cached_arrays: 1, block_limit: 1024, warp_max_cols: WARP_MAX_COLS, force: None }
+        Problem {
+            rows,
+            cols,
+            pack,
+            cache_bytes_per_col: 4,
+            block_limit: 1024,
+            warp_max_cols: WARP_MAX_COLS,
+            force: None,
+        }
     }
 
     /// Occupancy of a kernel limited by shared memory alone (228 KB per SM, 64 warps).
@@ -213,65 +300,112 @@ mod tests {
         Ok(by_threads.min(by_shared))
     }
 
-    #[test]
-    fn narrow_rows_take_the_warp_path_with_a_matching_width() {
-        let device = h100();
-        let p = plan(&problem(49152, 32, 8), &device, &by_shared).unwrap();
-        assert_eq!(p.path, Path::Warp { width: 4, elements: 8 });
-        let p = plan(&problem(49152, 1, 1), &device, &by_shared).unwrap();
-        assert_eq!(p.path, Path::Warp { width: 1, elements: 8 });
-        let p = plan(&problem(49152, 1000, 1), &device, &by_shared).unwrap();
-        assert_eq!(p.path, Path::Warp { width: 32, elements: 32 });
-        let p = plan(&problem(49152, 300, 4), &device, &by_shared).unwrap();
-        assert_eq!(p.path, Path::Warp { width: 32, elements: 16 });
+    /// Resident clusters when every SM holds `by_shared` blocks (GPC boundaries ignored).
+    fn by_cluster(cluster: u32, block: u32, bytes: u32) -> crate::Result<u32> {
+        Ok(132 * by_shared(block, bytes)? / cluster)
     }
 
-    #[test]
-    fn warp_covers_the_row_and_two_rows_per_access_below_a_warp() {
-        let device = h100();
-        for cols in [1, 2, 3, 31, 32, 33, 127, 1000, 1024] {
-            let p = plan(&problem(10, cols, 1), &device, &by_shared).unwrap();
-            let Path::Warp { width, elements } = p.path else { panic!("{cols}: {p:?}") };
-            assert!((width * elements) as usize >= cols, "{cols}: {p:?}");
-            assert!(width.is_power_of_two() && width <= 32);
+    const OCCUPANCY: Occupancies<'static> = Occupancies { shared: &by_shared, cluster: &by_cluster };
+
+    fn ampere() -> DeviceInfo {
+        DeviceInfo {
+            compute_capability: (8, 0),
+            multiprocessors: 108,
+            max_shared_bytes_per_block_optin: 163 * 1024,
+            ..h100()
         }
     }
 
     #[test]
-    fn wide_rows_take_shared_memory_then_uncached() {
+    fn narrow_rows_take_the_warp_path_with_a_matching_width() {
         let device = h100();
-        let p = plan(&problem(4096, 4096, 4), &device, &by_shared).unwrap();
+        let p = plan(&problem(49152, 32, 8), &device, OCCUPANCY).unwrap();
+        assert_eq!(p.path, Path::Warp { width: 4, elements: 8 });
+        let p = plan(&problem(49152, 1, 1), &device, OCCUPANCY).unwrap();
+        assert_eq!(p.path, Path::Warp { width: 1, elements: 8 });
+        let p = plan(&problem(49152, 1000, 1), &device, OCCUPANCY).unwrap();
+        assert_eq!(p.path, Path::Warp { width: 32, elements: 32 });
+        let p = plan(&problem(49152, 300, 4), &device, OCCUPANCY).unwrap();
+        assert_eq!(p.path, Path::Warp { width: 32, elements: 16 });
+    }
+
+    #[test]
+    fn warp_covers_the_row_with_two_rows_per_access_in_the_8_element_tier() {
+        let device = h100();
+        for cols in [1, 2, 3, 31, 32, 33, 127, 1000, 1024] {
+            let p = plan(&problem(10, cols, 1), &device, OCCUPANCY).unwrap();
+            let Path::Warp { width, elements } = p.path else { panic!("{cols}: {p:?}") };
+            assert!((width * elements) as usize >= cols, "{cols}: {p:?}");
+            assert!(width.is_power_of_two() && width <= 32);
+        }
+        // 256 columns: 32 lanes of 8 elements, two rows an access; 512: one row of 16 a lane.
+        let p = plan(&problem(49152, 256, 8), &device, OCCUPANCY).unwrap();
+        assert_eq!((p.path, p.grid), (Path::Warp { width: 32, elements: 8 }, 49152 / 2 * 32 / 128));
+        let p = plan(&problem(49152, 512, 8), &device, OCCUPANCY).unwrap();
+        assert_eq!((p.path, p.grid), (Path::Warp { width: 32, elements: 16 }, 49152 * 32 / 128));
+        // 768: the 24-element tier, no empty fourth pack a lane.
+        let p = plan(&problem(49152, 768, 8), &device, OCCUPANCY).unwrap();
+        assert_eq!(p.path, Path::Warp { width: 32, elements: 24 });
+    }
+
+    #[test]
+    fn wide_rows_take_shared_memory_then_clusters_then_uncached() {
+        let device = h100();
+        let p = plan(&problem(4096, 4096, 4), &device, OCCUPANCY).unwrap();
         assert_eq!(p.kind(), PathKind::Shared);
         assert_eq!(p.shared_bytes(), 4096 * 4);
-        // 131072 f32 = 512 KB: more than any block may have.
-        let p = plan(&problem(4096, 131072, 4), &device, &by_shared).unwrap();
-        assert_eq!(p.kind(), PathKind::Uncached);
-        // Backward caches y and dy: twice the bytes.
+        // 131072 f32 = 512 KB: more than any block may have; four blocks hold 128 KB each.
+        let p = plan(&problem(4096, 131072, 4), &device, OCCUPANCY).unwrap();
+        assert_eq!(p.path, Path::Cluster { cluster: 4, block: 1024, shared_bytes: 131072 });
+        assert_eq!(p.grid % 4, 0);
+        // Backward caches y and dy: twice the bytes; 256 KB rows in two blocks.
         let mut backward = problem(4096, 32768, 4);
-        backward.cached_arrays = 2;
-        assert_eq!(plan(&backward, &device, &by_shared).unwrap().kind(), PathKind::Uncached);
+        backward.cache_bytes_per_col = 8;
+        assert_eq!(
+            plan(&backward, &device, OCCUPANCY).unwrap().path,
+            Path::Cluster { cluster: 2, block: 1024, shared_bytes: 131072 }
+        );
+        // 1 MB rows: eight blocks of 128 KB.
+        let p = plan(&problem(4096, 262144, 4), &device, OCCUPANCY).unwrap();
+        assert_eq!(p.path, Path::Cluster { cluster: 8, block: 1024, shared_bytes: 131072 });
+        // Past eight blocks' shared memory, and on GPUs without clusters: uncached.
+        assert_eq!(plan(&problem(64, 1 << 20, 4), &device, OCCUPANCY).unwrap().kind(), PathKind::Uncached);
+        assert_eq!(plan(&problem(4096, 131072, 4), &ampere(), OCCUPANCY).unwrap().kind(), PathKind::Uncached);
+    }
+
+    #[test]
+    fn clusters_are_forced_on_any_width_and_refused_without_them() {
+        let mut narrow = problem(8, 33, 1);
+        narrow.force = Some(PathKind::Cluster);
+        let p = plan(&narrow, &h100(), OCCUPANCY).unwrap();
+        assert_eq!(p.path, Path::Cluster { cluster: 2, block: 1024, shared_bytes: 17 * 4 });
+        assert_eq!(p.grid, 16);
+        assert!(plan(&narrow, &ampere(), OCCUPANCY).is_err());
     }
 
     #[test]
     fn shared_block_is_the_largest_that_keeps_occupancy() {
         let device = h100();
         // 16 KB rows: 128 threads give min(16, 13) = 13 blocks; 256 give min(8, 13) = 8.
-        let p = plan(&problem(4096, 4096, 4), &device, &by_shared).unwrap();
+        let p = plan(&problem(4096, 4096, 4), &device, OCCUPANCY).unwrap();
         assert_eq!(p.block(), 128);
         // 128 KB rows: one block per SM at any size: take 1024 threads.
-        let p = plan(&problem(4096, 32768, 4), &device, &by_shared).unwrap();
+        let p = plan(&problem(4096, 32768, 4), &device, OCCUPANCY).unwrap();
         assert_eq!(p.block(), 1024);
     }
 
     #[test]
     fn block_sizes_respect_the_kernel_limit() {
         let device = h100();
+        let mut limited = problem(4096, 1 << 20, 4);
+        limited.block_limit = 768;
+        assert_eq!(plan(&limited, &device, OCCUPANCY).unwrap().path, Path::Uncached { block: 512 });
         let mut limited = problem(4096, 131072, 4);
         limited.block_limit = 768;
-        assert_eq!(plan(&limited, &device, &by_shared).unwrap().path, Path::Uncached { block: 512 });
+        assert_eq!(plan(&limited, &device, OCCUPANCY).unwrap().block(), 512);
         let mut limited = problem(4096, 32768, 4);
         limited.block_limit = 512;
-        assert_eq!(plan(&limited, &device, &by_shared).unwrap().block(), 512);
+        assert_eq!(plan(&limited, &device, OCCUPANCY).unwrap().block(), 512);
     }
 
     #[test]
@@ -279,12 +413,12 @@ mod tests {
         let device = h100();
         let mut p = problem(49152, 1024, 4);
         p.warp_max_cols = 512;
-        assert_eq!(plan(&p, &device, &by_shared).unwrap().kind(), PathKind::Shared);
+        assert_eq!(plan(&p, &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
         p.cols = 512;
-        assert_eq!(plan(&p, &device, &by_shared).unwrap().kind(), PathKind::Warp);
+        assert_eq!(plan(&p, &device, OCCUPANCY).unwrap().kind(), PathKind::Warp);
         p.cols = 1024;
         p.force = Some(PathKind::Warp);
-        assert_eq!(plan(&p, &device, &by_shared).unwrap().kind(), PathKind::Warp);
+        assert_eq!(plan(&p, &device, OCCUPANCY).unwrap().kind(), PathKind::Warp);
     }
 
     #[test]
@@ -292,11 +426,11 @@ mod tests {
         let device = h100();
         let mut forced = problem(8, 64, 4);
         forced.force = Some(PathKind::Uncached);
-        assert_eq!(plan(&forced, &device, &by_shared).unwrap().kind(), PathKind::Uncached);
+        assert_eq!(plan(&forced, &device, OCCUPANCY).unwrap().kind(), PathKind::Uncached);
         forced.force = Some(PathKind::Shared);
-        assert_eq!(plan(&forced, &device, &by_shared).unwrap().kind(), PathKind::Shared);
+        assert_eq!(plan(&forced, &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
         let mut too_wide = problem(8, 2048, 4);
         too_wide.force = Some(PathKind::Warp);
-        assert!(plan(&too_wide, &device, &by_shared).is_err());
+        assert!(plan(&too_wide, &device, OCCUPANCY).is_err());
     }
 }

@@ -5,10 +5,10 @@ pub mod dispatch;
 
 use crate::Stream;
 use crate::error::{Error, Result, invalid};
-use crate::launch::{LaunchConfig, launch};
+use crate::launch::{LaunchConfig, active_clusters, launch};
 use crate::module::{Kernel, PtxModule};
+use dispatch::{CLUSTER_STATIC_SHARED_BYTES, Occupancies, Problem, STATIC_SHARED_BYTES, plan};
 pub use dispatch::{Path, PathKind, Plan};
-use dispatch::{Problem, STATIC_SHARED_BYTES, plan};
 use rill_kernels_gpu::abi::{PACK_BYTES, RowArgs};
 
 /// Rows and columns of a tensor normalized over its last axis.
@@ -64,8 +64,9 @@ pub(crate) struct RowCall<'a, A: RowArgs> {
     /// pack is the widest only if all are aligned to it (or to 16 bytes, for wider types).
     pub arrays: Vec<(u64, usize)>,
     pub args: A,
-    /// Arrays the shared path caches per row.
-    pub cached_arrays: u32,
+    /// Bytes per column the shared path caches: for each cached array, the dtype its load
+    /// holds exactly (the array's own for a plain load, 4 where a fused load computes f32s).
+    pub cache_bytes_per_col: u32,
     /// Widest row the warp path is chosen for (see [`dispatch::Problem::warp_max_cols`]).
     pub warp_max_cols: usize,
     /// Bytes of per-column data every row re-reads (a norm's gamma and beta): on the shared
@@ -89,14 +90,26 @@ impl<A: RowArgs> RowCall<'_, A> {
             let symbol = (self.symbol)(path, plan.pack).ok_or_else(|| {
                 Error::Unsupported(format!("no `{}` kernel for these dtypes on the {path} path", self.op))
             })?;
-            gpu.modules().kernel(self.module, symbol)
+            // The cluster path's kernels are built for sm_90 in a module of their own.
+            let module = if plan.kind() == PathKind::Cluster { PtxModule::Cluster } else { self.module };
+            gpu.modules().kernel(module, symbol)
         };
         // Asked only when the planner considers the shared path.
-        let occupancy = |block: u32, bytes: u32| {
+        let shared = |block: u32, bytes: u32| {
             let shared = kernel_for(&Plan { path: Path::Shared { block, shared_bytes: bytes }, pack, grid: 1 })?;
             shared.allow_dynamic_shared(bytes.max(STATIC_SHARED_BYTES))?;
             shared.prefer_shared_carveout(carveout)?;
             shared.blocks_per_multiprocessor(block, bytes)
+        };
+        // Asked only on GPUs with clusters, when a row does not fit one block.
+        let cluster = |cluster: u32, block: u32, bytes: u32| {
+            let path = Path::Cluster { cluster, block, shared_bytes: bytes };
+            let kernel = kernel_for(&Plan { path, pack, grid: cluster })?;
+            if block > kernel.max_threads_per_block {
+                return Ok(0);
+            }
+            kernel.allow_dynamic_shared(bytes.max(CLUSTER_STATIC_SHARED_BYTES))?;
+            active_clusters(kernel, LaunchConfig { grid: cluster, block, shared_bytes: bytes, cluster })
         };
         let block_kernel = |path| kernel_for(&Plan { path, pack, grid: 1 }).map(|k| k.max_threads_per_block);
         let block_limit =
@@ -105,16 +118,22 @@ impl<A: RowArgs> RowCall<'_, A> {
             rows: self.rows,
             cols: self.cols,
             pack,
-            cached_arrays: self.cached_arrays,
+            cache_bytes_per_col: self.cache_bytes_per_col,
             block_limit,
             warp_max_cols: self.warp_max_cols,
             force: self.force,
         };
-        let plan = plan(&problem, gpu.info(), &occupancy)?;
+        let plan = plan(&problem, gpu.info(), Occupancies { shared: &shared, cluster: &cluster })?;
         let kernel = kernel_for(&plan)?;
-        if let Path::Shared { shared_bytes, .. } = plan.path {
-            kernel.allow_dynamic_shared(shared_bytes.max(STATIC_SHARED_BYTES))?;
-            kernel.prefer_shared_carveout(carveout)?;
+        match plan.path {
+            Path::Shared { shared_bytes, .. } => {
+                kernel.allow_dynamic_shared(shared_bytes.max(STATIC_SHARED_BYTES))?;
+                kernel.prefer_shared_carveout(carveout)?;
+            }
+            Path::Cluster { shared_bytes, .. } => {
+                kernel.allow_dynamic_shared(shared_bytes.max(CLUSTER_STATIC_SHARED_BYTES))?
+            }
+            _ => {}
         }
         let shape = self.args.shape_mut();
         shape.rows = self.rows as u64;
@@ -122,7 +141,8 @@ impl<A: RowArgs> RowCall<'_, A> {
         if let Path::Warp { width, .. } = plan.path {
             shape.width = width;
         }
-        let config = LaunchConfig { grid: plan.grid, block: plan.block(), shared_bytes: plan.shared_bytes() };
+        let cluster = if let Path::Cluster { cluster, .. } = plan.path { cluster } else { 1 };
+        let config = LaunchConfig { grid: plan.grid, block: plan.block(), shared_bytes: plan.shared_bytes(), cluster };
         // SAFETY: the symbol takes `A` for this op's dtypes and pack; the op checked every
         // array to hold its rows x cols elements (per-row arrays `rows`, per-column arrays
         // `cols`), and `arrays` to be aligned to the pack; the geometry is the plan's.
