@@ -383,8 +383,8 @@ mod device {
     #[cfg(feature = "cluster")]
     global_asm!(".shared .align 16 .b8 rill_cluster_slots[16];");
 
-    /// Two alternating slots of 8 bytes in static shared memory, where a block leaves its
-    /// part of a cluster-wide reduction for the other blocks to read.
+    /// Two alternating 4-byte slots (in 16 bytes of static shared memory), where a block
+    /// leaves its part of a cluster-wide reduction for the other blocks to read.
     #[cfg(feature = "cluster")]
     #[inline(always)]
     pub fn cluster_slots() -> SharedAddr {
@@ -498,10 +498,9 @@ mod device {
     }
 
     /// Defines a read-only global load of 16, 8, 4 or 2 bytes with the `ld.global.nc`
-    /// qualifiers `$hint` (empty, or an L1 eviction hint); `$($pure)?` lets the compiler
-    /// move, merge or drop it like arithmetic.
+    /// qualifiers `$hint` (empty, or an L1 eviction hint).
     macro_rules! global_nc_load {
-        ($(#[$doc:meta])* $name:ident, $hint:literal $(, $pure:ident)?) => {
+        ($(#[$doc:meta])* $name:ident, $hint:literal) => {
             $(#[$doc])*
             ///
             /// # Safety
@@ -516,16 +515,16 @@ mod device {
                     match bytes {
                         16 => asm!(concat!("ld.global.nc", $hint, ".v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];"),
                             a = out(reg32) w[0], b = out(reg32) w[1], c = out(reg32) w[2], d = out(reg32) w[3],
-                            p = in(reg64) addr.0, options($($pure,)? readonly, nostack)),
+                            p = in(reg64) addr.0, options(pure, readonly, nostack)),
                         8 => asm!(concat!("ld.global.nc", $hint, ".v2.u32 {{{a}, {b}}}, [{p}];"),
                             a = out(reg32) w[0], b = out(reg32) w[1], p = in(reg64) addr.0,
-                            options($($pure,)? readonly, nostack)),
+                            options(pure, readonly, nostack)),
                         4 => asm!(concat!("ld.global.nc", $hint, ".u32 {a}, [{p}];"), a = out(reg32) w[0],
-                            p = in(reg64) addr.0, options($($pure,)? readonly, nostack)),
+                            p = in(reg64) addr.0, options(pure, readonly, nostack)),
                         2 => {
                             let h: u16;
                             asm!(concat!("ld.global.nc", $hint, ".u16 {h}, [{p}];"), h = out(reg16) h,
-                                p = in(reg64) addr.0, options($($pure,)? readonly, nostack));
+                                p = in(reg64) addr.0, options(pure, readonly, nostack));
                             w[0] = h as u32;
                         }
                         _ => trap(),
@@ -539,22 +538,13 @@ mod device {
     global_nc_load!(
         /// One access of `bytes` bytes, as words.
         load_global_nc,
-        "",
-        pure
-    );
-    global_nc_load!(
-        /// As [`load_global_nc`], but kept where the program puts it: per-column data (a
-        /// norm's gamma and beta) that the compiler hoisted above a row's reductions held
-        /// registers across them and cost occupancy.
-        load_global_nc_in_place,
         ""
     );
     global_nc_load!(
         /// As [`load_global_nc`], for data read once: it does not allocate in L1, so streaming
         /// rows through an SM leaves its L1 to what is re-read (a norm's gamma and beta).
         load_global_stream,
-        ".L1::no_allocate",
-        pure
+        ".L1::no_allocate"
     );
 
     /// Defines a store of the first `bytes` bytes of `w` (16, 8, 4 or 2; a constant after

@@ -4,7 +4,8 @@
 //! - warp: a group of `width` lanes (1 to 32) owns one row (two in the 8-element tier), the
 //!   row held in registers, `E` elements per lane;
 //! - shared: a block owns a row, cached in dynamic shared memory (filled by `cp.async`
-//!   where the load is plain);
+//!   where the load has a source);
+//! - cluster (sm_90): a cluster of blocks owns a row, each caching a slice of it;
 //! - uncached: a block owns a row and re-reads it from global memory (any width).
 
 use crate::abi::{PACK_BYTES, RowShape, rows_per_access};
