@@ -136,29 +136,24 @@ fn run(gpu: Gpu, options: Options) -> Result<(), Box<dyn std::error::Error>> {
         profile::run(&mut bench)?;
         return Ok(());
     }
-    let dtype = |name: &str| options.dtype.as_ref().is_none_or(|d| d == name);
-    if dtype("f32") {
-        elementwise::sweep::<f32>(&mut bench)?;
-        softmax::sweep::<f32>(&mut bench)?;
-        norm::sweep::<f32>(&mut bench)?;
-        norm_ladder::sweep::<f32>(&mut bench)?;
-    }
-    if dtype("f16") {
-        elementwise::sweep::<f16>(&mut bench)?;
-        softmax::sweep::<f16>(&mut bench)?;
-        norm::sweep::<f16>(&mut bench)?;
-        norm_ladder::sweep::<f16>(&mut bench)?;
-    }
-    if dtype("bf16") {
-        elementwise::sweep::<bf16>(&mut bench)?;
-        softmax::sweep::<bf16>(&mut bench)?;
-        norm::sweep::<bf16>(&mut bench)?;
-        norm_ladder::sweep::<bf16>(&mut bench)?;
-    }
+    sweep_dtype::<f32>(&mut bench, &options)?;
+    sweep_dtype::<f16>(&mut bench, &options)?;
+    sweep_dtype::<bf16>(&mut bench, &options)?;
     eprintln!();
     let json = options.json.clone().unwrap_or_else(|| PathBuf::from("target/bench/bench.json"));
     write(&json, &report::to_json(&bench.records))?;
     report_records(&bench.records, &device, &options)
+}
+
+/// Every family's sweep in dtype `T`, unless `--dtype` names another.
+fn sweep_dtype<T: rill::Element>(bench: &mut Bench, options: &Options) -> rill::Result<()> {
+    if options.dtype.as_ref().is_some_and(|d| d != T::DTYPE.name()) {
+        return Ok(());
+    }
+    elementwise::sweep::<T>(bench)?;
+    softmax::sweep::<T>(bench)?;
+    norm::sweep::<T>(bench)?;
+    norm_ladder::sweep::<T>(bench)
 }
 
 /// The plots, the PERF.md section and the table of `records`.

@@ -88,6 +88,14 @@ impl Plan {
         }
     }
 
+    /// Blocks per cluster (1 but on the cluster path).
+    pub fn cluster(&self) -> u32 {
+        match self.path {
+            Path::Cluster { cluster, .. } => cluster,
+            _ => 1,
+        }
+    }
+
     /// The path's name in kernel symbols and its compile-time code.
     pub fn symbol_path(&self) -> (&'static str, usize) {
         match self.path {
@@ -380,6 +388,8 @@ mod tests {
         let p = plan(&narrow, &h100(), OCCUPANCY).unwrap();
         assert_eq!(p.path, Path::Cluster { cluster: 2, block: 1024, shared_bytes: 17 * 4 });
         assert_eq!(p.grid, 16);
+        assert_eq!(p.cluster(), 2);
+        assert_eq!(plan(&problem(8, 4096, 4), &h100(), OCCUPANCY).unwrap().cluster(), 1);
         assert!(plan(&narrow, &ampere(), OCCUPANCY).is_err());
     }
 

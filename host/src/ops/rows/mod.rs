@@ -141,8 +141,12 @@ impl<A: RowArgs> RowCall<'_, A> {
         if let Path::Warp { width, .. } = plan.path {
             shape.width = width;
         }
-        let cluster = if let Path::Cluster { cluster, .. } = plan.path { cluster } else { 1 };
-        let config = LaunchConfig { grid: plan.grid, block: plan.block(), shared_bytes: plan.shared_bytes(), cluster };
+        let config = LaunchConfig {
+            grid: plan.grid,
+            block: plan.block(),
+            shared_bytes: plan.shared_bytes(),
+            cluster: plan.cluster(),
+        };
         // SAFETY: the symbol takes `A` for this op's dtypes and pack; the op checked every
         // array to hold its rows x cols elements (per-row arrays `rows`, per-column arrays
         // `cols`), and `arrays` to be aligned to the pack; the geometry is the plan's.
