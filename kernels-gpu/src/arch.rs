@@ -280,18 +280,18 @@ mod device {
     }
 
     global_asm!(".extern .shared .align 16 .b8 rill_dynamic_shared[];");
-    global_asm!(".shared .align 16 .b8 rill_reduce_scratch[128];");
+    global_asm!(".shared .align 16 .b8 rill_reduce_scratch[256];");
 
-    /// 32 f32 slots of static shared memory for block-wide reductions (one per warp).
+    /// Two words for each of 32 warps of static shared memory, for block-wide reductions.
     #[inline(always)]
-    pub fn reduce_scratch() -> *mut f32 {
+    pub fn reduce_scratch() -> *mut u32 {
         let p: u64;
         // SAFETY: takes the address of the static shared array declared above.
         unsafe {
             asm!("cvta.shared.u64 {p}, rill_reduce_scratch;", p = out(reg64) p,
                 options(pure, nomem, nostack));
         }
-        p as *mut f32
+        p as *mut u32
     }
 
     /// An address in the block's shared-memory window (what `ld.shared`/`st.shared` take).
@@ -383,8 +383,8 @@ mod device {
     #[cfg(feature = "cluster")]
     global_asm!(".shared .align 16 .b8 rill_cluster_slots[16];");
 
-    /// Two alternating 4-byte slots (in 16 bytes of static shared memory), where a block
-    /// leaves its part of a cluster-wide reduction for the other blocks to read.
+    /// Two alternating 8-byte slots of static shared memory, where a block leaves its part
+    /// of a cluster-wide reduction (up to two words) for the other blocks to read.
     #[cfg(feature = "cluster")]
     #[inline(always)]
     pub fn cluster_slots() -> SharedAddr {

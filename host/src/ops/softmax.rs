@@ -83,6 +83,7 @@ impl Softmax {
             cache_bytes_per_col: size_of::<T>() as u32,
             warp_max_cols: WARP_MAX_COLS,
             column_bytes: 0,
+            columns_before_blocks: false,
             force: self.force,
             stream,
         };

@@ -26,7 +26,7 @@ use crate::arch::{
     rcp, rsqrt, sync_threads, thread_idx_x, wait_async_copies,
 };
 use crate::pack::{ColumnLoad, ColumnWords, DirectLoad, DirectStore, Load, Pack, RowMajor, Store, StreamLoad};
-use crate::reduce::{Sum, block_all_reduce};
+use crate::reduce::{Sum, SumPair, block_all_reduce};
 use crate::scalar::Scalar;
 use crate::unroll::{unroll, unrolled_array};
 use core::num::NonZeroU64;
@@ -194,21 +194,31 @@ unsafe fn shared_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize>(
     split.rows(shape, |row| unsafe {
         cache.fill(load, row);
         wait_async_copies();
-        let mut sum = 0.0;
-        block_packs::<P>(slice, |local, _| {
-            let v = cache.read(load, row, local);
-            unroll::<P>(|j| sum += v[j]);
-        });
-        let mean = if norm.rms { 0.0 } else { norm.mean(split.all_reduce::<Sum>(sum)) };
-        let mut squares = 0.0;
-        block_packs::<P>(slice, |local, _| {
-            let v = cache.read(load, row, local);
-            unroll::<P>(|j| {
-                let d = v[j] - mean;
-                squares += d * d;
-            })
-        });
-        let stats = norm.stats(mean, split.all_reduce::<Sum>(squares));
+        // This thread's squares about `center`.
+        let squares = |center: f32| {
+            let mut squares = 0.0;
+            block_packs::<P>(slice, |local, _| {
+                let v = cache.read(load, row, local);
+                unroll::<P>(|j| {
+                    let d = v[j] - center;
+                    squares += d * d;
+                })
+            });
+            squares
+        };
+        // RMSNorm skips the pass for the mean: shared reads are ordered accesses the compiler
+        // keeps even where their result goes unused.
+        let mean = if norm.rms {
+            0.0
+        } else {
+            let mut sum = 0.0;
+            block_packs::<P>(slice, |local, _| {
+                let v = cache.read(load, row, local);
+                unroll::<P>(|j| sum += v[j]);
+            });
+            norm.mean(split.all_reduce::<Sum>(sum))
+        };
+        let stats = norm.stats(mean, split.all_reduce::<Sum>(squares(mean)));
         if thread_idx_x() == 0 && slice.leads() {
             norm.write(row, stats);
         }
@@ -528,12 +538,12 @@ impl Gradient {
 
 /// The backward with the rows cached in shared memory, split over blocks as `split` says.
 #[inline(always)]
-unsafe fn shared_backward<LX: Load<P>, LG: Load<P>, S: Store<P>, const P: usize>(
+unsafe fn shared_backward<LX: Load<P>, LG: Load<P>, S: Store<P>, R: RowSplit, const P: usize>(
     load_xhat: &LX,
     load_g: &LG,
     store: &S,
     args: &NormArgs,
-    split: &impl RowSplit,
+    split: &R,
 ) {
     let shape = &args.shape;
     let slice = split.slice::<P>(shape);
@@ -555,7 +565,11 @@ unsafe fn shared_backward<LX: Load<P>, LG: Load<P>, S: Store<P>, const P: usize>
                     sum_gx += g[j] * xhat[j];
                 })
             });
-            let (sum_g, sum_gx) = (split.all_reduce::<Sum>(sum_g), split.all_reduce::<Sum>(sum_gx));
+            let [sum_g, sum_gx] = if R::MERGES_REDUCTIONS {
+                split.all_reduce::<SumPair>([sum_g, sum_gx])
+            } else {
+                [split.all_reduce::<Sum>(sum_g), split.all_reduce::<Sum>(sum_gx)]
+            };
             let grad = Gradient::new(args, saved.get(row).rstd, sum_g, sum_gx);
             block_packs::<P>(slice, |local, col| {
                 let (xhat, g) = (cache_xhat.read(load_xhat, row, local), cache_g.read(load_g, row, local));
@@ -598,10 +612,10 @@ unsafe fn backward_path<LX: Load<P>, LG: Load<P>, S: Store<P>, const P: usize, c
                     });
                 })
             }
-            ROW_PATH_SHARED => shared_backward::<LX, LG, S, P>(load_xhat, load_g, store, args, &BlockSplit),
+            ROW_PATH_SHARED => shared_backward::<LX, LG, S, _, P>(load_xhat, load_g, store, args, &BlockSplit),
             #[cfg(feature = "cluster")]
             ROW_PATH_CLUSTER => {
-                ClusterSplit::run(|split| shared_backward::<LX, LG, S, P>(load_xhat, load_g, store, args, split))
+                ClusterSplit::run(|split| shared_backward::<LX, LG, S, _, P>(load_xhat, load_g, store, args, split))
             }
             _ => {
                 let at = WarpRows::new::<PATH>(shape);

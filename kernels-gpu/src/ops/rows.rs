@@ -18,6 +18,8 @@ use crate::arch::{
     cluster_blocks, cluster_id, cluster_rank, cluster_slots, cluster_sync, clusters, load_shared_remote,
 };
 use crate::pack::{Load, Pack, Store};
+#[cfg(feature = "cluster")]
+use crate::reduce::{MAX_WORDS, Words};
 use crate::reduce::{Reduce, block_all_reduce, group_all_reduce};
 use crate::scalar::Scalar;
 use crate::unroll::unroll;
@@ -230,7 +232,7 @@ pub(crate) unsafe fn warp_store<S: Store<P>, V: Copy, const P: usize, const E: u
 
 /// `R` over each of the two rows' registers, then across the lane group.
 #[inline(always)]
-pub(crate) unsafe fn warp_row_reduce<R: Reduce, const E: usize>(
+pub(crate) unsafe fn warp_row_reduce<R: Reduce<Value = f32>, const E: usize>(
     mut values: impl FnMut(usize, usize) -> f32,
     width: u32,
 ) -> [f32; 2] {
@@ -282,6 +284,13 @@ impl Slice {
 /// How the block paths split rows over blocks: [`BlockSplit`], a block per row, or (sm_90)
 /// `ClusterSplit`, a cluster of blocks per row, each holding a slice of it.
 pub(crate) trait RowSplit {
+    /// Whether two statistics of a row are better reduced at once, merged (one barrier,
+    /// more arithmetic on the reduction's critical path). Measured on the H100: yes for a
+    /// cluster, whose barrier is long (softmax forward at 131072 columns, 71% -> 84% of
+    /// copy); no for a block, whose barriers are short (cross entropy at 2048 columns,
+    /// 62% -> 53%, the merges' exponentials on the critical path).
+    const MERGES_REDUCTIONS: bool;
+
     /// Calls `f(row)` for each row this block works on; every block sharing a row runs the
     /// same rows.
     fn rows(&self, shape: &RowShape, f: impl FnMut(u64));
@@ -293,13 +302,15 @@ pub(crate) trait RowSplit {
     ///
     /// # Safety
     /// Every thread of those blocks must call it (it has barriers), the same number of times.
-    unsafe fn all_reduce<R: Reduce>(&self, value: f32) -> f32;
+    unsafe fn all_reduce<R: Reduce>(&self, value: R::Value) -> R::Value;
 }
 
 /// A block per row: rows `blockIdx.x, blockIdx.x + gridDim.x, ...`.
 pub(crate) struct BlockSplit;
 
 impl RowSplit for BlockSplit {
+    const MERGES_REDUCTIONS: bool = false;
+
     #[inline(always)]
     fn rows(&self, shape: &RowShape, f: impl FnMut(u64)) {
         strided(block_idx_x() as u64, grid_dim_x() as u64, shape.rows, f);
@@ -311,7 +322,7 @@ impl RowSplit for BlockSplit {
     }
 
     #[inline(always)]
-    unsafe fn all_reduce<R: Reduce>(&self, value: f32) -> f32 {
+    unsafe fn all_reduce<R: Reduce>(&self, value: R::Value) -> R::Value {
         // SAFETY: forwarded to the caller.
         unsafe { block_all_reduce::<R>(value) }
     }
@@ -345,6 +356,8 @@ impl ClusterSplit {
 
 #[cfg(feature = "cluster")]
 impl RowSplit for ClusterSplit {
+    const MERGES_REDUCTIONS: bool = true;
+
     #[inline(always)]
     fn rows(&self, shape: &RowShape, f: impl FnMut(u64)) {
         strided(cluster_id() as u64, clusters() as u64, shape.rows, f);
@@ -356,8 +369,8 @@ impl RowSplit for ClusterSplit {
     }
 
     #[inline(always)]
-    unsafe fn all_reduce<R: Reduce>(&self, value: f32) -> f32 {
-        let slot = cluster_slots().offset(4 * self.parity.get());
+    unsafe fn all_reduce<R: Reduce>(&self, value: R::Value) -> R::Value {
+        let slot = cluster_slots().offset((4 * MAX_WORDS) as u32 * self.parity.get());
         self.parity.set(self.parity.get() ^ 1);
         // SAFETY: every thread of the cluster's blocks calls this (the caller's promise):
         // each block's partial is written before the cluster barrier that releases it, and
@@ -365,12 +378,19 @@ impl RowSplit for ClusterSplit {
         unsafe {
             let partial = block_all_reduce::<R>(value);
             if thread_idx_x() == 0 {
-                store_shared(slot, 4, [partial.to_bits(), 0, 0, 0]);
+                let [a, b] = partial.to_words();
+                store_shared(slot, 4 * MAX_WORDS, [a, b, 0, 0]);
             }
             cluster_sync();
             let mut total = R::IDENTITY;
             for rank in 0..cluster_blocks() {
-                total = R::combine(total, f32::from_bits(load_shared_remote(slot, rank)));
+                let mut words = [0; MAX_WORDS];
+                unroll::<MAX_WORDS>(|k| {
+                    if k < <R::Value as Words>::COUNT {
+                        words[k] = load_shared_remote(slot.offset(4 * k as u32), rank);
+                    }
+                });
+                total = R::combine(total, R::Value::from_words(words));
             }
             total
         }

@@ -16,7 +16,7 @@ use crate::abi::{CROSS_ENTROPY_IGNORE_INDEX, ROW_PATH_SHARED, ROW_PATH_UNCACHED,
 use crate::arch::{dynamic_shared_addr, wait_async_copies};
 use crate::math::exp;
 use crate::pack::{DirectLoad, DirectStore, Load, Pack, RowMajor, Store};
-use crate::reduce::{Max, Sum, block_all_reduce};
+use crate::reduce::{MAX_WORDS, Max, Reduce, Sum, Words, block_all_reduce};
 use crate::scalar::Scalar;
 use crate::unroll::{unroll, unrolled_array};
 use core::num::NonZeroU64;
@@ -82,11 +82,11 @@ unsafe fn warp_forward<L: Load<P>, S: Store<P>, const P: usize, const E: usize>(
 /// The row cached in shared memory, split over blocks as `split` says (a block, or a
 /// cluster of blocks each holding a slice).
 #[inline(always)]
-unsafe fn shared_forward<L: Load<P>, S: Store<P>, const P: usize>(
+unsafe fn shared_forward<L: Load<P>, S: Store<P>, R: RowSplit, const P: usize>(
     load: &L,
     store: &S,
     args: &SoftmaxArgs,
-    split: &impl RowSplit,
+    split: &R,
 ) {
     let log = args.log != 0;
     let slice = split.slice::<P>(&args.shape);
@@ -101,15 +101,26 @@ unsafe fn shared_forward<L: Load<P>, S: Store<P>, const P: usize>(
             let v = cache.read(load, row, local);
             unroll::<P>(|j| thread_max = thread_max.max(v[j]));
         });
-        let max = split.all_reduce::<Max>(thread_max);
         // e^(x - max) is computed again for the output rather than cached: the cache holds
         // the row's own dtype, which would round it.
-        let mut thread_sum = 0.0;
-        block_packs::<P>(slice, |local, _| {
-            let v = cache.read(load, row, local);
-            unroll::<P>(|j| thread_sum += exp(v[j] - max));
-        });
-        let norm = Normalize::new(max, split.all_reduce::<Sum>(thread_sum), log);
+        let thread_sum = |max: f32| {
+            let mut sum = 0.0;
+            block_packs::<P>(slice, |local, _| {
+                let v = cache.read(load, row, local);
+                unroll::<P>(|j| sum += exp(v[j] - max));
+            });
+            sum
+        };
+        let (max, sum) = if R::MERGES_REDUCTIONS {
+            // A thread that saw only -inf contributes (-inf, 0): no e^(-inf - -inf).
+            let sum = if thread_max > f32::NEG_INFINITY { thread_sum(thread_max) } else { 0.0 };
+            let total = split.all_reduce::<MergeOnline>(Online { max: thread_max, sum });
+            (total.max, total.sum)
+        } else {
+            let max = split.all_reduce::<Max>(thread_max);
+            (max, split.all_reduce::<Sum>(thread_sum(max)))
+        };
+        let norm = Normalize::new(max, sum, log);
         block_packs::<P>(slice, |local, col| {
             let v = cache.read(load, row, local);
             store.store(unrolled_array(|j| norm.apply(if log { v[j] } else { exp(v[j] - max) })), row, col);
@@ -118,11 +129,39 @@ unsafe fn shared_forward<L: Load<P>, S: Store<P>, const P: usize>(
 }
 
 /// Running max and sum of exponentials relative to it (online softmax), so one read of
-/// the row gives both.
+/// the row gives both; the cluster path reduces the threads' at once ([`MergeOnline`]).
 #[derive(Clone, Copy)]
 struct Online {
     max: f32,
     sum: f32,
+}
+
+impl Words for Online {
+    const COUNT: usize = 2;
+    #[inline(always)]
+    fn to_words(self) -> [u32; MAX_WORDS] {
+        [self.max.to_bits(), self.sum.to_bits()]
+    }
+    #[inline(always)]
+    fn from_words(w: [u32; MAX_WORDS]) -> Self {
+        Online { max: f32::from_bits(w[0]), sum: f32::from_bits(w[1]) }
+    }
+}
+
+/// Merges [`Online`] sums by rescaling the one at the smaller max to the larger: one
+/// exponential a merge (none at equal maxes, which also keeps `e^(-inf - -inf)` out).
+struct MergeOnline;
+
+impl Reduce for MergeOnline {
+    type Value = Online;
+    const IDENTITY: Online = Online { max: f32::NEG_INFINITY, sum: 0.0 };
+
+    #[inline(always)]
+    fn combine(a: Online, b: Online) -> Online {
+        let (big, small) = if a.max >= b.max { (a, b) } else { (b, a) };
+        let scale = if small.max == big.max { 1.0 } else { exp(small.max - big.max) };
+        Online { max: big.max, sum: big.sum + small.sum * scale }
+    }
 }
 
 impl Online {
@@ -171,9 +210,9 @@ unsafe fn forward_path<L: Load<P>, S: Store<P>, const P: usize, const PATH: usiz
     unsafe {
         match PATH {
             ROW_PATH_UNCACHED => uncached_forward::<L, S, P>(load, store, args),
-            ROW_PATH_SHARED => shared_forward::<L, S, P>(load, store, args, &BlockSplit),
+            ROW_PATH_SHARED => shared_forward::<L, S, _, P>(load, store, args, &BlockSplit),
             #[cfg(feature = "cluster")]
-            ROW_PATH_CLUSTER => ClusterSplit::run(|split| shared_forward::<L, S, P>(load, store, args, split)),
+            ROW_PATH_CLUSTER => ClusterSplit::run(|split| shared_forward::<L, S, _, P>(load, store, args, split)),
             _ => warp_forward::<L, S, P, PATH>(load, store, args),
         }
     }

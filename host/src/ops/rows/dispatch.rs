@@ -25,12 +25,12 @@ pub const WARP_MAX_COLS: usize = 32 * 32;
 /// Block sizes the block paths choose among.
 pub const BLOCK_SIZES: [u32; 4] = [128, 256, 512, 1024];
 
-/// Static shared memory of every row-wise kernel (the block-reduction scratch), which the
-/// dynamic shared memory must leave room for.
-pub const STATIC_SHARED_BYTES: u32 = 128;
+/// Static shared memory of every row-wise kernel (the block-reduction scratch: two words
+/// for each of 32 warps), which the dynamic shared memory must leave room for.
+pub const STATIC_SHARED_BYTES: u32 = 256;
 
 /// Static shared memory of the cluster kernels: the block-reduction scratch and the two
-/// slots of the cluster reductions.
+/// 8-byte slots of the cluster reductions.
 pub const CLUSTER_STATIC_SHARED_BYTES: u32 = STATIC_SHARED_BYTES + 16;
 
 /// An implementation, with its shape parameters.

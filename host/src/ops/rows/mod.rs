@@ -70,8 +70,12 @@ pub(crate) struct RowCall<'a, A: RowArgs> {
     /// Widest row the warp path is chosen for (see [`dispatch::Problem::warp_max_cols`]).
     pub warp_max_cols: usize,
     /// Bytes of per-column data every row re-reads (a norm's gamma and beta): on the shared
-    /// path, L1 is left that much room so those reads hit it rather than L2.
+    /// path, L1 is left that much room, so those reads hit it rather than L2, where that
+    /// costs no resident blocks or `columns_before_blocks` says L1 comes first.
     pub column_bytes: u32,
+    /// Whether L1 room for the column data outranks resident blocks (measured per op: see
+    /// [`shared_carveout`]).
+    pub columns_before_blocks: bool,
     pub force: Option<PathKind>,
     pub stream: &'a Stream,
 }
@@ -83,7 +87,7 @@ impl<A: RowArgs> RowCall<'_, A> {
             && self.arrays.iter().all(|&(address, bytes)| address % (widest * bytes).min(PACK_BYTES) as u64 == 0);
         let pack = if aligned { widest } else { 1 };
         let gpu = self.stream.gpu();
-        let carveout = shared_carveout(self.column_bytes, gpu.info().max_shared_bytes_per_multiprocessor);
+        let capacity = gpu.info().max_shared_bytes_per_multiprocessor;
         gpu.bind()?;
         let kernel_for = |plan: &Plan| -> Result<Kernel> {
             let (path, _) = plan.symbol_path();
@@ -94,11 +98,15 @@ impl<A: RowArgs> RowCall<'_, A> {
             let module = if plan.kind() == PathKind::Cluster { PtxModule::Cluster } else { self.module };
             gpu.modules().kernel(module, symbol)
         };
-        // Asked only when the planner considers the shared path.
+        // Asked only when the planner considers the shared path: with the carveout that
+        // leaves the column data its L1 room where that comes first, else with all of the
+        // SM's shared memory (the launch then leaves L1 what the blocks do not need).
+        let first_carveout =
+            if self.columns_before_blocks { shared_carveout(0, self.column_bytes, capacity) } else { 100 };
         let shared = |block: u32, bytes: u32| {
             let shared = kernel_for(&Plan { path: Path::Shared { block, shared_bytes: bytes }, pack, grid: 1 })?;
             shared.allow_dynamic_shared(bytes.max(STATIC_SHARED_BYTES))?;
-            shared.prefer_shared_carveout(carveout)?;
+            shared.prefer_shared_carveout(first_carveout)?;
             shared.blocks_per_multiprocessor(block, bytes)
         };
         // Asked only on GPUs with clusters, when a row does not fit one block.
@@ -126,9 +134,11 @@ impl<A: RowArgs> RowCall<'_, A> {
         let plan = plan(&problem, gpu.info(), Occupancies { shared: &shared, cluster: &cluster })?;
         let kernel = kernel_for(&plan)?;
         match plan.path {
-            Path::Shared { shared_bytes, .. } => {
+            Path::Shared { block, shared_bytes, .. } => {
+                let resident = if self.columns_before_blocks { 0 } else { shared(block, shared_bytes)? };
+                let needed = resident * (shared_bytes + STATIC_SHARED_BYTES + RESERVED_SHARED_BYTES);
                 kernel.allow_dynamic_shared(shared_bytes.max(STATIC_SHARED_BYTES))?;
-                kernel.prefer_shared_carveout(carveout)?;
+                kernel.prefer_shared_carveout(shared_carveout(needed, self.column_bytes, capacity))?;
             }
             Path::Cluster { shared_bytes, .. } => {
                 kernel.allow_dynamic_shared(shared_bytes.max(CLUSTER_STATIC_SHARED_BYTES))?
@@ -155,12 +165,20 @@ impl<A: RowArgs> RowCall<'_, A> {
     }
 }
 
-/// The shared-memory carveout (percent of the SM's capacity) leaving `column_bytes` of L1,
-/// all of it as shared memory where nothing needs L1.
-fn shared_carveout(column_bytes: u32, per_multiprocessor: u32) -> u32 {
-    let capacity = per_multiprocessor.max(1) as u64;
-    let shared = capacity.saturating_sub(column_bytes as u64);
-    (shared * 100 / capacity) as u32
+/// Shared memory the driver reserves for itself in every block (sm_80 and later).
+const RESERVED_SHARED_BYTES: u32 = 1024;
+
+/// The shared-memory carveout (percent of the SM's `capacity`) leaving `column_bytes` of
+/// L1 (all of it shared memory where nothing needs L1), unless the resident blocks need
+/// more (`needed` bytes): then all of it, since the driver rounds a preference to one of
+/// its configurations and could round below their need. Measured on the H100: reserving
+/// L1 for a LayerNorm's gamma and beta at 32768 f16 columns (128 KB) left room for one
+/// 64 KB row block per SM instead of three (88% of copy; 97% with three). The residual-add
+/// forwards went the other way (f32 at 8192 and 16384 columns: 96% and 95% with the L1
+/// room, 89% and 86% with the blocks), so they keep their L1 room first.
+fn shared_carveout(needed: u32, column_bytes: u32, capacity: u32) -> u32 {
+    let room = capacity.saturating_sub(column_bytes);
+    if needed > room { 100 } else { (room as u64 * 100 / capacity.max(1) as u64) as u32 }
 }
 
 #[cfg(test)]
@@ -168,10 +186,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn carveout_leaves_room_for_column_data() {
-        assert_eq!(shared_carveout(0, 228 * 1024), 100);
-        assert_eq!(shared_carveout(57 * 1024, 228 * 1024), 75);
-        assert_eq!(shared_carveout(1 << 30, 228 * 1024), 0);
+    fn carveout_leaves_room_for_column_data_but_not_at_the_blocks_cost() {
+        let capacity = 228 * 1024;
+        assert_eq!(shared_carveout(0, 0, capacity), 100);
+        assert_eq!(shared_carveout(0, 57 * 1024, capacity), 75);
+        assert_eq!(shared_carveout(0, 1 << 30, capacity), 0);
+        // Three blocks of 64 KB (and their reserved and static bytes) outrank 128 KB of gamma
+        // and beta.
+        let three_rows = 3 * (65536 + STATIC_SHARED_BYTES + RESERVED_SHARED_BYTES);
+        assert_eq!(shared_carveout(three_rows, 128 * 1024, capacity), 100);
+        assert_eq!(shared_carveout(4 * 1024, 8 * 1024, capacity), 96);
     }
 
     #[test]
