@@ -1,7 +1,8 @@
 //! Reductions shared by every row-wise op: within a thread group of a warp (by shuffles)
 //! and across a block (shuffles, then one value per warp through shared memory). A value
 //! may be two words (an online softmax's max and sum, a norm backward's two sums), so a
-//! row that needs two statistics reduces once: one set of barriers instead of two.
+//! row that needs two statistics can reduce once: one set of barriers instead of two,
+//! which pays where barriers are long (a cluster's; see `RowSplit::MERGES_REDUCTIONS`).
 
 use crate::arch::{FULL_MASK, WARP_SIZE, block_dim_x, reduce_scratch, shfl_xor_u32, sync_threads, thread_idx_x};
 use crate::unroll::unroll;
