@@ -68,8 +68,16 @@ pub(crate) unsafe fn launch<P: Copy>(stream: &Stream, kernel: Kernel, config: La
 }
 
 /// Clusters of `config.cluster` blocks of `kernel` that can be resident at once (0: it
-/// cannot launch that way), from the driver's occupancy calculator.
+/// cannot launch that way), from the driver's occupancy calculator. Clusters past the
+/// portable size are first allowed for the kernel (the launch needs that too).
 pub(crate) fn active_clusters(kernel: Kernel, config: LaunchConfig) -> Result<u32> {
+    if config.cluster > clusters::PORTABLE_SIZE {
+        // SAFETY: sets an attribute of a loaded function.
+        unsafe {
+            clusters::set_function_attribute(kernel.function, clusters::NON_PORTABLE_SIZE_ALLOWED, 1)
+                .during("cuFuncSetAttribute")?;
+        }
+    }
     let mut attribute = clusters::cluster_attribute(config.cluster);
     let ex = clusters::config(config, std::ptr::null_mut(), &mut attribute);
     let mut count = 0i32;
@@ -90,6 +98,12 @@ mod clusters {
 
     /// `CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`.
     const CLUSTER_DIMENSION: u32 = 4;
+
+    /// `CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED`.
+    pub(super) const NON_PORTABLE_SIZE_ALLOWED: i32 = 14;
+
+    /// Blocks per cluster every sm_90 GPU runs.
+    pub(super) const PORTABLE_SIZE: u32 = 8;
 
     /// `CUlaunchAttribute`: an id, padding to 8 bytes, and a 64-byte value union (for the
     /// cluster dimension: x, y, z), 8-byte aligned as the union's pointer members make it.
@@ -140,6 +154,14 @@ mod clusters {
             function: CUfunction,
             config: *const LaunchConfigEx,
         ) -> CUresult;
+    }
+
+    // `cuFuncSetAttribute` with the attribute as a plain int: cust's enum stops before the
+    // cluster attributes, and an out-of-range enum value would be undefined behaviour.
+    #[allow(clashing_extern_declarations)]
+    unsafe extern "C" {
+        #[link_name = "cuFuncSetAttribute"]
+        pub(super) fn set_function_attribute(function: CUfunction, attribute: i32, value: i32) -> CUresult;
     }
 
     #[cfg(test)]

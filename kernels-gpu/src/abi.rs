@@ -135,8 +135,10 @@ pub const ROW_PATH_UNCACHED: usize = 0;
 /// shared memory (sm_90; the cluster module holds these kernels).
 pub const ROW_PATH_CLUSTER: usize = 2;
 
-/// Blocks per cluster the cluster path is launched with: within the portable limit of 8.
-pub const ROW_CLUSTER_SIZES: [u32; 3] = [2, 4, 8];
+/// Blocks per cluster the cluster path is launched with. 16 is past the portable limit of
+/// 8: the H100 runs it once the kernel allows non-portable sizes, and the occupancy query
+/// answers 0 on GPUs that cannot, so the planner never picks it there.
+pub const ROW_CLUSTER_SIZES: [u32; 4] = [2, 4, 8, 16];
 
 /// The `(rows, cols)` view a row-wise kernel works on, and its warp path's group width.
 #[repr(C)]

@@ -11,9 +11,10 @@ pub const BIAS_COLS: &[usize] = &[1, 7, 8, 768, 4097];
 pub const ELEMENTWISE_BENCH_LENGTHS: &[usize] = &[1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28];
 
 /// Softmax row widths the GPU suite covers: tiny, around warp and pack multiples, the warp
-/// path's limit, odd widths, vocabulary-sized rows and rows past shared memory.
+/// path's limit, odd widths, vocabulary-sized rows and rows past shared memory (262144: an
+/// f32 backward's two arrays take a cluster of 16 blocks on an H100).
 pub const SOFTMAX_TEST_COLS: &[usize] =
-    &[1, 2, 3, 31, 32, 33, 127, 1000, 1024, 1025, 2047, 4096, 4097, 12345, 32768, 50257, 131072];
+    &[1, 2, 3, 31, 32, 33, 127, 1000, 1024, 1025, 2047, 4096, 4097, 12345, 32768, 50257, 131072, 262144];
 
 /// Row counts for a width: 1, 2, 3 and a large count (about 2^21 elements, at most 49152).
 pub fn softmax_test_rows(cols: usize) -> [usize; 4] {

@@ -15,8 +15,8 @@
 #[cfg(feature = "cluster")]
 use super::rows::ClusterSplit;
 use super::rows::{
-    BlockSplit, RowCache, RowSplit, Slice, WarpRows, block_packs, block_packs_loaded, warp_load, warp_row_reduce,
-    warp_store,
+    BlockRow, BlockSplit, RowCache, RowSplit, Slice, WarpRows, block_packs, block_packs_loaded, warp_load,
+    warp_row_reduce, warp_store,
 };
 #[cfg(feature = "cluster")]
 use crate::abi::ROW_PATH_CLUSTER;
@@ -47,8 +47,9 @@ impl Stats {
 
 /// What the forward needs besides its Load and Store: gamma and beta (optional), the
 /// constants, and the per-row outputs (null where not wanted). Gamma and beta are read by
-/// the bodies, not by a Store, so the block paths can keep several packs of them in
-/// flight: read one by one inside each store, their L2 latency stalled the output pass.
+/// the bodies, not by a Store, so the uncached path can keep several packs of them in
+/// flight with the row's: read one by one inside each store, their L2 latency stalled
+/// its output pass.
 struct Forward<G> {
     gamma: Option<ColumnLoad<G>>,
     beta: Option<ColumnLoad<G>>,
@@ -177,7 +178,15 @@ unsafe fn warp_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize, const
 }
 
 /// The row cached in shared memory, split over blocks as `split` says (a block, or a
-/// cluster of blocks each holding a slice).
+/// cluster of blocks each holding a slice). The output pass fetches gamma and beta in
+/// `batched` groups of packs ([`block_packs_loaded`]), or a pack at a time. Measured on the
+/// H100 (49152 rows): the batch hides their latency where few blocks per SM leave little
+/// else to (f32 LayerNorm at 32768 columns, one block per SM: 97% of copy batched, 89% a
+/// pack at a time; residual-add forwards at 16384-32768: 97-98% and 87-94%); its registers
+/// cost the plain 16-bit forward resident blocks (at 2048 columns 9 blocks of 128 per SM
+/// instead of 16: 90% batched, 98% a pack at a time). One pack ahead instead of a batch was
+/// worse for both (16-bit forward 91% at 2048-32768, 16-bit residual-add RMSNorm 87% at
+/// 16384).
 #[inline(always)]
 unsafe fn shared_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize>(
     load: &L,
@@ -185,14 +194,16 @@ unsafe fn shared_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize>(
     norm: &Forward<G>,
     args: &NormArgs,
     split: &impl RowSplit,
+    batched: bool,
 ) {
     let shape = &args.shape;
     let slice = split.slice::<P>(shape);
     let cache = RowCache::<L::Exact, P>::new(dynamic_shared_addr(), slice);
     // SAFETY (block): the launch sizes shared memory for the cache; each thread touches only
     // its own packs' slots, so no barrier is needed beyond those in the reductions.
-    split.rows(shape, |row| unsafe {
-        cache.fill(load, row);
+    split.rows(shape, |at| unsafe {
+        let row = at.row;
+        cache.fill(load, at);
         wait_async_copies();
         // This thread's squares about `center`.
         let squares = |center: f32| {
@@ -222,15 +233,18 @@ unsafe fn shared_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize>(
         if thread_idx_x() == 0 && slice.leads() {
             norm.write(row, stats);
         }
-        block_packs_loaded::<P, _>(
-            slice,
-            |col| norm.fetch_params::<P>(col),
-            |local, col, params| {
-                let (gamma, beta) = norm.params::<P>(params);
-                let v = cache.read(load, row, local);
-                store.store(unrolled_array(|j| stats.normalize(v[j]) * gamma[j] + beta[j]), row, col);
-            },
-        );
+        let output = |local, col, params| {
+            let (gamma, beta) = norm.params::<P>(params);
+            let v = cache.read(load, row, local);
+            store.store(unrolled_array(|j| stats.normalize(v[j]) * gamma[j] + beta[j]), row, col);
+            cache.prefetch(load, at, local);
+        };
+        let fetch = |col| norm.fetch_params::<P>(col);
+        if batched {
+            block_packs_loaded::<P, _>(slice, fetch, output);
+        } else {
+            block_packs::<P>(slice, |local, col| output(local, col, fetch(col)));
+        }
     });
 }
 
@@ -274,7 +288,7 @@ unsafe fn uncached_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize>(
     let shape = &args.shape;
     let slice = Slice::whole::<P>(shape);
     // SAFETY (block): every column visited is a pack inside the row.
-    BlockSplit.rows(shape, |row| unsafe {
+    BlockSplit.rows(shape, |BlockRow { row, .. }| unsafe {
         let fetch = |col| load.fetch(row, col);
         let stats = if norm.rms {
             let mut squares = 0.0;
@@ -305,22 +319,24 @@ unsafe fn uncached_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize>(
     });
 }
 
-/// The forward body for path `PATH` (a warp code is the elements per lane).
+/// The forward body for path `PATH` (a warp code is the elements per lane); `batched` as
+/// [`shared_forward`] takes it.
 #[inline(always)]
 unsafe fn forward_path<L: Load<P>, S: Store<P>, G: Scalar, const P: usize, const PATH: usize>(
     load: &L,
     store: &S,
     args: &NormArgs,
+    batched: bool,
 ) {
     // SAFETY: forwarded; the host launched this kernel with this path's geometry.
     unsafe {
         let norm = Forward::<G>::new(args);
         match PATH {
             ROW_PATH_UNCACHED => uncached_forward::<L, S, G, P>(load, store, &norm, args),
-            ROW_PATH_SHARED => shared_forward::<L, S, G, P>(load, store, &norm, args, &BlockSplit),
+            ROW_PATH_SHARED => shared_forward::<L, S, G, P>(load, store, &norm, args, &BlockSplit, batched),
             #[cfg(feature = "cluster")]
             ROW_PATH_CLUSTER => {
-                ClusterSplit::run(|split| shared_forward::<L, S, G, P>(load, store, &norm, args, split))
+                ClusterSplit::run(|split| shared_forward::<L, S, G, P>(load, store, &norm, args, split, batched))
             }
             _ => warp_forward::<L, S, G, P, PATH>(load, store, &norm, args),
         }
@@ -383,7 +399,8 @@ pub unsafe fn forward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PAT
     // SAFETY: see `view`.
     unsafe {
         let load = StreamLoad(view::<T>(args.input, args.shape.cols));
-        forward_path::<_, _, G, P, PATH>(&load, &DirectStore(view::<U>(args.output, args.shape.cols)), args);
+        let output = DirectStore(view::<U>(args.output, args.shape.cols));
+        forward_path::<_, _, G, P, PATH>(&load, &output, args, T::BYTES == 4);
     }
 }
 
@@ -397,7 +414,7 @@ pub unsafe fn add_forward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const
             residual: StreamLoad(view::<T>(args.second, cols)),
             sum: DirectStore(view::<T>(args.sum, cols)),
         };
-        forward_path::<_, _, G, P, PATH>(&load, &DirectStore(view::<U>(args.output, args.shape.cols)), args);
+        forward_path::<_, _, G, P, PATH>(&load, &DirectStore(view::<U>(args.output, cols)), args, true);
     }
 }
 
@@ -553,9 +570,10 @@ unsafe fn shared_backward<LX: Load<P>, LG: Load<P>, S: Store<P>, R: RowSplit, co
     // SAFETY (block): as shared_forward; the statistics hold `rows` f32s.
     unsafe {
         let saved = SavedStats::new(args.mean, args.rstd, args.rms);
-        split.rows(shape, |row| {
-            cache_xhat.fill(load_xhat, row);
-            cache_g.fill(load_g, row);
+        split.rows(shape, |at| {
+            let row = at.row;
+            cache_xhat.fill(load_xhat, at);
+            cache_g.fill(load_g, at);
             wait_async_copies();
             let (mut sum_g, mut sum_gx) = (0.0, 0.0);
             block_packs::<P>(slice, |local, _| {
@@ -574,6 +592,8 @@ unsafe fn shared_backward<LX: Load<P>, LG: Load<P>, S: Store<P>, R: RowSplit, co
             block_packs::<P>(slice, |local, col| {
                 let (xhat, g) = (cache_xhat.read(load_xhat, row, local), cache_g.read(load_g, row, local));
                 store.store(unrolled_array(|j| grad.apply(xhat[j], g[j])), row, col);
+                cache_xhat.prefetch(load_xhat, at, local);
+                cache_g.prefetch(load_g, at, local);
             });
         });
     }
@@ -593,7 +613,7 @@ unsafe fn backward_path<LX: Load<P>, LG: Load<P>, S: Store<P>, const P: usize, c
         match PATH {
             ROW_PATH_UNCACHED => {
                 let slice = Slice::whole::<P>(shape);
-                BlockSplit.rows(shape, |row| {
+                BlockSplit.rows(shape, |BlockRow { row, .. }| {
                     let fetch = |col| (load_xhat.fetch(row, col), load_g.fetch(row, col));
                     let convert = |(xhat, g), col| (load_xhat.convert(xhat, row, col), load_g.convert(g, row, col));
                     let (mut sum_g, mut sum_gx) = (0.0, 0.0);

@@ -7,8 +7,8 @@
 #[cfg(feature = "cluster")]
 use super::rows::ClusterSplit;
 use super::rows::{
-    BlockSplit, RowCache, RowSplit, Slice, WarpRows, block_packs, block_packs_loaded, warp_load, warp_row_reduce,
-    warp_store,
+    BlockRow, BlockSplit, RowCache, RowSplit, Slice, WarpRows, block_packs, block_packs_loaded, warp_load,
+    warp_row_reduce, warp_store,
 };
 #[cfg(feature = "cluster")]
 use crate::abi::ROW_PATH_CLUSTER;
@@ -93,8 +93,9 @@ unsafe fn shared_forward<L: Load<P>, S: Store<P>, R: RowSplit, const P: usize>(
     let cache = RowCache::<L::Exact, P>::new(dynamic_shared_addr(), slice);
     // SAFETY (block): the launch sizes shared memory for the cache; each thread touches only
     // its own packs' slots, so no barrier is needed beyond those in the reductions.
-    split.rows(&args.shape, |row| unsafe {
-        cache.fill(load, row);
+    split.rows(&args.shape, |at| unsafe {
+        let row = at.row;
+        cache.fill(load, at);
         wait_async_copies();
         let mut thread_max = f32::NEG_INFINITY;
         block_packs::<P>(slice, |local, _| {
@@ -124,6 +125,7 @@ unsafe fn shared_forward<L: Load<P>, S: Store<P>, R: RowSplit, const P: usize>(
         block_packs::<P>(slice, |local, col| {
             let v = cache.read(load, row, local);
             store.store(unrolled_array(|j| norm.apply(if log { v[j] } else { exp(v[j] - max) })), row, col);
+            cache.prefetch(load, at, local);
         });
     });
 }
@@ -184,7 +186,7 @@ unsafe fn uncached_forward<L: Load<P>, S: Store<P>, const P: usize>(load: &L, st
     let log = args.log != 0;
     let slice = Slice::whole::<P>(&args.shape);
     // SAFETY (block): every column visited is a pack inside the row.
-    BlockSplit.rows(&args.shape, |row| unsafe {
+    BlockSplit.rows(&args.shape, |BlockRow { row, .. }| unsafe {
         let fetch = |col| load.fetch(row, col);
         let mut online = Online { max: f32::NEG_INFINITY, sum: 0.0 };
         block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| online.add(load.convert(fetched, row, col)));
@@ -254,9 +256,10 @@ unsafe fn shared_backward<LY: Load<P>, LD: Load<P>, S: Store<P>, const P: usize>
     let cache_y = RowCache::<LY::Exact, P>::new(dynamic_shared_addr(), slice);
     let cache_dy = RowCache::<LD::Exact, P>::new(cache_y.end(), slice);
     // SAFETY (block): as shared_forward.
-    split.rows(&args.shape, |row| unsafe {
-        cache_y.fill(load_y, row);
-        cache_dy.fill(load_dy, row);
+    split.rows(&args.shape, |at| unsafe {
+        let row = at.row;
+        cache_y.fill(load_y, at);
+        cache_dy.fill(load_dy, at);
         wait_async_copies();
         let mut thread_sum = 0.0;
         block_packs::<P>(slice, |local, _| {
@@ -267,6 +270,8 @@ unsafe fn shared_backward<LY: Load<P>, LD: Load<P>, S: Store<P>, const P: usize>
         block_packs::<P>(slice, |local, col| {
             let (y, dy) = (cache_y.read(load_y, row, local), cache_dy.read(load_dy, row, local));
             store.store(unrolled_array(|j| g.apply(y[j], dy[j])), row, col);
+            cache_y.prefetch(load_y, at, local);
+            cache_dy.prefetch(load_dy, at, local);
         });
     });
 }
@@ -284,7 +289,7 @@ unsafe fn backward_path<LY: Load<P>, LD: Load<P>, S: Store<P>, const P: usize, c
         match PATH {
             ROW_PATH_UNCACHED => {
                 let slice = Slice::whole::<P>(&args.shape);
-                BlockSplit.rows(&args.shape, |row| {
+                BlockSplit.rows(&args.shape, |BlockRow { row, .. }| {
                     let fetch = |col| (load_y.fetch(row, col), load_dy.fetch(row, col));
                     let convert = |(y, dy), col| (load_y.convert(y, row, col), load_dy.convert(dy, row, col));
                     let mut thread_sum = 0.0;

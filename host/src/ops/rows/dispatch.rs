@@ -243,11 +243,18 @@ fn shared_plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancy<'_>)
     }))
 }
 
+/// Waves of resident clusters the cluster path's grid holds. A cluster works through its
+/// rows copying the next one into shared memory as it writes the last
+/// (`RowSplit::PREFETCHES` in the kernels), which pays only over several rows; measured
+/// on the H100 (softmax, 4096 rows of 65536 to 262144 columns), 8 waves beat 32 by up to
+/// 5 points (f16 forward at 131072: 85% -> 90% of copy) and 1, 2 or 4 waves by up to 2.
+pub const CLUSTER_WAVES: u32 = 8;
+
 /// The cluster path, on GPUs with clusters: the fewest blocks per row whose slices fit in
 /// shared memory and that the device can keep resident, each block as large as the kernel
-/// allows (more loads in flight); clusters loop over rows, in waves of the resident ones.
-/// Measured on the H100: preferring slices small enough for two blocks per SM lifted the
-/// softmax backward at 131072 columns from 79% to 88% of copy but dropped the f32 norm
+/// allows (more loads in flight). Measured on the H100: preferring slices small enough for
+/// two blocks per SM lifted the softmax backward at 131072 columns from 79% to 88% of copy
+/// before the prefetch above (which took it to 89% with one) but dropped the f32 norm
 /// backward at 32768 from 80% to 57%, so the fewest blocks it is.
 fn cluster_plan(
     problem: &Problem,
@@ -266,7 +273,7 @@ fn cluster_plan(
         for block in BLOCK_SIZES.into_iter().rev().filter(|&b| b <= problem.block_limit) {
             let resident = occupancy(cluster, block, bytes as u32)?;
             if resident > 0 {
-                let clusters = (problem.rows as u64).min(resident as u64 * WAVES as u64).max(1);
+                let clusters = (problem.rows as u64).min(resident as u64 * CLUSTER_WAVES as u64).max(1);
                 return Ok(Some(Plan {
                     path: Path::Cluster { cluster, block, shared_bytes: bytes as u32 },
                     pack: problem.pack,
@@ -373,9 +380,15 @@ mod tests {
             plan(&backward, &device, OCCUPANCY).unwrap().path,
             Path::Cluster { cluster: 2, block: 1024, shared_bytes: 131072 }
         );
-        // 1 MB rows: eight blocks of 128 KB.
+        // 1 MB rows: eight blocks of 128 KB; 2 MB (a backward's two arrays): sixteen, past
+        // the portable size. Eight waves of the resident clusters (132 / 16 in this model).
         let p = plan(&problem(4096, 262144, 4), &device, OCCUPANCY).unwrap();
         assert_eq!(p.path, Path::Cluster { cluster: 8, block: 1024, shared_bytes: 131072 });
+        let mut backward = problem(4096, 262144, 4);
+        backward.cache_bytes_per_col = 8;
+        let p = plan(&backward, &device, OCCUPANCY).unwrap();
+        assert_eq!(p.path, Path::Cluster { cluster: 16, block: 1024, shared_bytes: 131072 });
+        assert_eq!(p.grid, 132 / 16 * CLUSTER_WAVES * 16);
         // Past eight blocks' shared memory, and on GPUs without clusters: uncached.
         assert_eq!(plan(&problem(64, 1 << 20, 4), &device, OCCUPANCY).unwrap().kind(), PathKind::Uncached);
         assert_eq!(plan(&problem(4096, 131072, 4), &ampere(), OCCUPANCY).unwrap().kind(), PathKind::Uncached);
