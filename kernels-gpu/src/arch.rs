@@ -233,16 +233,6 @@ mod device {
         "idx"
     );
 
-    /// [`shfl_xor_u32`] on an f32.
-    ///
-    /// # Safety
-    /// As [`shfl_xor_u32`].
-    #[inline(always)]
-    pub unsafe fn shfl_xor(mask: u32, value: f32, lane_mask: u32, width: u32) -> f32 {
-        // SAFETY: forwarded to the caller.
-        f32::from_bits(unsafe { shfl_xor_u32(mask, value.to_bits(), lane_mask, width) })
-    }
-
     /// [`shfl_down_u32`] on an f32.
     ///
     /// # Safety

@@ -157,9 +157,6 @@ pub(crate) struct BlockRow {
 /// [`strided`] for the block paths: `f` learns each row's successor when `prefetch` says.
 #[inline(always)]
 fn block_rows(first: u64, step: u64, rows: u64, prefetch: bool, mut f: impl FnMut(BlockRow)) {
-    if !prefetch {
-        return strided(first, step, rows, |row| f(BlockRow { row, next: None, prefetched: false }));
-    }
     let mut prefetched = false;
     strided(first, step, rows, |row| {
         let next = if prefetch && row + step < rows { Some(row + step) } else { None };

@@ -389,7 +389,7 @@ mod tests {
         let p = plan(&backward, &device, OCCUPANCY).unwrap();
         assert_eq!(p.path, Path::Cluster { cluster: 16, block: 1024, shared_bytes: 131072 });
         assert_eq!(p.grid, 132 / 16 * CLUSTER_WAVES * 16);
-        // Past eight blocks' shared memory, and on GPUs without clusters: uncached.
+        // Past sixteen blocks' shared memory, and on GPUs without clusters: uncached.
         assert_eq!(plan(&problem(64, 1 << 20, 4), &device, OCCUPANCY).unwrap().kind(), PathKind::Uncached);
         assert_eq!(plan(&problem(4096, 131072, 4), &ampere(), OCCUPANCY).unwrap().kind(), PathKind::Uncached);
     }
