@@ -135,6 +135,20 @@ pub const ROW_PATH_UNCACHED: usize = 0;
 /// shared memory (sm_90; the cluster module holds these kernels).
 pub const ROW_PATH_CLUSTER: usize = 2;
 
+/// The block paths' codes for rows that start past a 16-byte boundary, each row run from
+/// its head in aligned packs ([`RowShape::phase`]; softmax only, at the dtype's widest
+/// pack). Kernels of their own: the head and the edge elements cost the aligned kernels
+/// registers (measured on the H100: causal and cross-entropy kernels 8-16 more, 5-10 points
+/// of copy at aligned widths).
+pub const ROW_PATH_UNCACHED_PHASED: usize = 3;
+pub const ROW_PATH_SHARED_PHASED: usize = 4;
+pub const ROW_PATH_CLUSTER_PHASED: usize = 5;
+
+/// Whether path code `path` runs rows from their heads.
+pub const fn runs_phased(path: usize) -> bool {
+    matches!(path, ROW_PATH_UNCACHED_PHASED | ROW_PATH_SHARED_PHASED | ROW_PATH_CLUSTER_PHASED)
+}
+
 /// Blocks per cluster the cluster path is launched with. 16 is past the portable limit of
 /// 8: the H100 runs it once the kernel allows non-portable sizes, and the occupancy query
 /// answers 0 on GPUs that cannot, so the planner never picks it there.
@@ -148,7 +162,40 @@ pub struct RowShape {
     pub cols: u64,
     /// Lanes per row on the warp path (a power of two up to 32).
     pub width: u32,
-    pub reserved: u32,
+    /// Elements by which the first row starts past a 16-byte boundary, the same for every
+    /// array the kernel reads or writes along its rows. With it the block paths run rows of
+    /// any width and offset in aligned packs: each row's packs start at its [`RowShape::head`],
+    /// and the few elements outside them go one at a time. 0 where every row is aligned.
+    pub phase: u32,
+}
+
+impl RowShape {
+    /// Columns of `row` before its first element aligned to a pack of `pack` (a power of two).
+    pub const fn head(&self, row: u64, pack: u64) -> u64 {
+        (self.phase as u64 + row * self.cols).wrapping_neg() & (pack - 1)
+    }
+
+    /// Aligned packs the block paths take from every row, starting at its head: all of a
+    /// row where every row is aligned, else as many as the row with the longest head holds,
+    /// so every row has the same (and the cluster path the same slices).
+    pub const fn aligned_packs(&self, pack: u64) -> u64 {
+        if pack == 1 || (self.phase == 0 && self.cols.is_multiple_of(pack)) {
+            self.cols / pack
+        } else {
+            (self.cols + 1).saturating_sub(pack) / pack
+        }
+    }
+
+    /// Elements of each row outside its aligned packs: at most `2 * pack - 2`.
+    pub const fn edges(&self, pack: u64) -> u64 {
+        self.cols - self.aligned_packs(pack) * pack
+    }
+
+    /// The column of edge `edge` (below [`RowShape::edges`]) of `row`: the head's
+    /// elements, then those after the last aligned pack.
+    pub const fn edge_col(&self, row: u64, pack: u64, edge: u64) -> u64 {
+        if edge < self.head(row, pack) { edge } else { self.aligned_packs(pack) * pack + edge }
+    }
 }
 
 /// Kernel parameter structs that start with a [`RowShape`].
@@ -207,27 +254,34 @@ macro_rules! softmax_symbol {
 
 /// Calls `$apply!(kind path code dtype pack)` for every softmax kernel of the main module:
 /// each kind, each path, each dtype with its widest pack and with pack 1 (for rows not
-/// aligned to a pack). `@paths [...]` gives the same table for other paths.
+/// aligned to a pack), and each phased block path at the widest pack. `@paths [...] [...]`
+/// gives the same table for other paths.
 #[macro_export]
 macro_rules! for_each_softmax_kernel {
     ($apply:ident) => {
         $crate::for_each_softmax_kernel!(@paths $apply
-            [(warp8 8) (warp16 16) (warp24 24) (warp32 32) (shared 1) (uncached 0)]);
+            [(warp8 8) (warp16 16) (warp24 24) (warp32 32) (shared 1) (uncached 0)]
+            [(shared_phased 4) (uncached_phased 3)]);
     };
-    (@paths $apply:ident $paths:tt) => {
+    (@paths $apply:ident $paths:tt $phased:tt) => {
         $crate::for_each_softmax_kernel!(@kinds $apply
             [forward backward scale_mask causal cross_entropy cross_entropy_backward]
-            $paths
+            $paths $phased
             [(f32 4) (f16 8) (bf16 8)]);
     };
-    (@kinds $apply:ident [$($kind:ident)*] $paths:tt $dtypes:tt) => {
-        $($crate::for_each_softmax_kernel!(@kind $apply $kind $paths $dtypes);)*
+    (@kinds $apply:ident [$($kind:ident)*] $paths:tt $phased:tt $dtypes:tt) => {
+        $($crate::for_each_softmax_kernel!(@kind $apply $kind $paths $phased $dtypes);)*
     };
-    (@kind $apply:ident $kind:ident [$(($path:ident $code:literal))*] $dtypes:tt) => {
+    (@kind $apply:ident $kind:ident [$(($path:ident $code:literal))*] [$(($phased:ident $phased_code:literal))*]
+        $dtypes:tt) => {
         $($crate::for_each_softmax_kernel!(@dtypes $apply $kind $path $code $dtypes);)*
+        $($crate::for_each_softmax_kernel!(@widest $apply $kind $phased $phased_code $dtypes);)*
     };
     (@dtypes $apply:ident $kind:ident $path:ident $code:literal [$(($dtype:ident $pack:literal))*]) => {
         $($apply!($kind $path $code $dtype $pack); $apply!($kind $path $code $dtype 1);)*
+    };
+    (@widest $apply:ident $kind:ident $path:ident $code:literal [$(($dtype:ident $pack:literal))*]) => {
+        $($apply!($kind $path $code $dtype $pack);)*
     };
 }
 
@@ -235,7 +289,7 @@ macro_rules! for_each_softmax_kernel {
 #[macro_export]
 macro_rules! for_each_softmax_cluster_kernel {
     ($apply:ident) => {
-        $crate::for_each_softmax_kernel!(@paths $apply [(cluster 2)]);
+        $crate::for_each_softmax_kernel!(@paths $apply [(cluster 2)] [(cluster_phased 5)]);
     };
 }
 

@@ -131,7 +131,7 @@ pub trait Load<const N: usize> {
     type Exact: Scalar;
 
     /// # Safety
-    /// `(row, col..col + N)` must be inside the view, and `col` a multiple of `N`.
+    /// `(row, col..col + N)` must be inside the view, its first element aligned to the pack.
     unsafe fn fetch(&self, row: u64, col: u64) -> Self::Fetched;
 
     /// # Safety
@@ -172,14 +172,50 @@ pub trait Load<const N: usize> {
 /// Writes `N` consecutive elements of a row from the f32 compute type.
 pub trait Store<const N: usize> {
     /// # Safety
-    /// `(row, col..col + N)` must be inside the view, and `col` a multiple of `N`.
+    /// `(row, col..col + N)` must be inside the view, its first element aligned to the pack.
     unsafe fn store(&self, values: [f32; N], row: u64, col: u64);
 }
 
-/// A row-major `(rows, cols)` view of `T` in global memory, rows `row_stride` elements apart.
+/// Single elements through a functor's [`Load<1>`]: what a kernel generic over its pack
+/// reads a row's unaligned edges with (a second bound `Load<1>` beside `Load<P>` would
+/// make every pack call ambiguous).
+pub trait LoadOne {
+    /// # Safety
+    /// `(row, col)` must be inside the view.
+    unsafe fn load_one(&self, row: u64, col: u64) -> f32;
+}
+
+impl<L: Load<1>> LoadOne for L {
+    #[inline(always)]
+    unsafe fn load_one(&self, row: u64, col: u64) -> f32 {
+        // SAFETY: forwarded to the caller; a single element is aligned to itself.
+        unsafe { self.load(row, col)[0] }
+    }
+}
+
+/// Single elements through a functor's [`Store<1>`] (see [`LoadOne`]).
+pub trait StoreOne {
+    /// # Safety
+    /// `(row, col)` must be inside the view.
+    unsafe fn store_one(&self, value: f32, row: u64, col: u64);
+}
+
+impl<S: Store<1>> StoreOne for S {
+    #[inline(always)]
+    unsafe fn store_one(&self, value: f32, row: u64, col: u64) {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.store([value], row, col) }
+    }
+}
+
+/// A row-major `(rows, cols)` view of `T` in global memory, rows `row_stride` elements apart,
+/// starting `first` elements past a 16-byte boundary (0 for aligned views), so a pack's
+/// index is exact wherever its first element is aligned (see `RowShape::head`).
 #[derive(Clone, Copy)]
 pub struct RowMajor<T> {
+    /// The 16-byte boundary at or before the view's start.
     base: GlobalAddr,
+    first: u64,
     row_stride: u64,
     _element: PhantomData<T>,
 }
@@ -191,19 +227,33 @@ impl<T: Scalar> RowMajor<T> {
     #[inline(always)]
     pub unsafe fn new(address: u64, row_stride: u64) -> Self {
         // SAFETY: forwarded to the caller.
-        let base = unsafe { GlobalAddr::from_generic(address) };
-        RowMajor { base, row_stride, _element: PhantomData }
+        unsafe { Self::past_boundary(address, row_stride, 0) }
+    }
+
+    /// A view starting `first` elements past a 16-byte boundary. Passing every array's
+    /// `first` as one value (the launch's `RowShape::phase`) lets their rows share one
+    /// index computation.
+    ///
+    /// # Safety
+    /// `address` must be a generic address of global memory holding the view, `first`
+    /// elements past a 16-byte boundary. Packs of `N` may be accessed only where their first
+    /// element's address is a multiple of `N * size_of::<T>()`.
+    #[inline(always)]
+    pub unsafe fn past_boundary(address: u64, row_stride: u64, first: u64) -> Self {
+        // SAFETY: forwarded to the caller; the boundary lies in the same global window.
+        let base = unsafe { GlobalAddr::from_generic(address - first * T::BYTES as u64) };
+        RowMajor { base, first, row_stride, _element: PhantomData }
     }
 
     #[inline(always)]
     fn pack_index<const N: usize>(&self, row: u64, col: u64) -> u64 {
-        (row * self.row_stride + col) / N as u64
+        (self.first + row * self.row_stride + col) / N as u64
     }
 
     /// Address of element `(row, col)`.
     #[inline(always)]
     pub fn at(&self, row: u64, col: u64) -> GlobalAddr {
-        self.base.offset((row * self.row_stride + col) * T::BYTES as u64)
+        self.base.offset((self.first + row * self.row_stride + col) * T::BYTES as u64)
     }
 }
 

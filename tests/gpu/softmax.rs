@@ -1,7 +1,7 @@
 //! Softmax family: every width x rows x dtype, each path forced where it applies, extreme
 //! and masked rows, the fused variants, and bad input.
 
-use crate::harness::{Measured, Suite, tolerance_of};
+use crate::harness::{Measured, Suite, tolerance_of, view_at, view_mut_at};
 use half::{bf16, f16};
 use rill::softmax::{PathKind, Plan, Softmax};
 use rill::{Element, Tensor};
@@ -17,6 +17,9 @@ pub fn run(suite: &mut Suite) {
     for_dtype::<f32>(suite);
     for_dtype::<f16>(suite);
     for_dtype::<bf16>(suite);
+    offset_views::<f32>(suite);
+    offset_views::<f16>(suite);
+    offset_views::<bf16>(suite);
     bad_input(suite);
 }
 
@@ -216,6 +219,97 @@ fn fused_cases<T: Element>(suite: &mut Suite, at: &str, softmax: Softmax, rows: 
         let magnitude = cross_entropy_backward_magnitude_rows(&f64s(&x), &target, &f64s(&dloss), cols);
         let floor = probability_floor::<T>();
         Ok(measured(&got, &want, |i| magnitude[i].max(floor), &plan))
+    });
+}
+
+/// Offsets (in elements) of the input, second input and output of the offset-view cases:
+/// all one phase past 16 bytes (the block paths run each row from its head in full packs),
+/// another shared phase, and mixed phases (packs of one).
+const OFFSETS: [[usize; 3]; 3] = [[1, 1, 1], [3, 11, 3], [1, 1, 2]];
+
+/// Views that start past a 16-byte boundary, on every path that takes the width. 2000 rows
+/// of 4097 give each forced cluster several rows, so its prefetch of the next row (whose
+/// head differs) is checked too.
+fn offset_views<T: Element>(suite: &mut Suite) {
+    let dtype = T::DTYPE.name();
+    let widest = 16 / size_of::<T>();
+    for (rows, cols) in [(7, 33), (5, 1000), (2000, 4097), (3, 12345), (6, 50257)] {
+        for path in paths(suite, cols) {
+            let softmax = path.map_or_else(Softmax::new, Softmax::forced);
+            for offsets in OFFSETS {
+                let at = format!("{dtype}/[{rows}, {cols}]/{}/offset={offsets:?}", path_name(path));
+                let aligned = cols.is_multiple_of(widest) && offsets.iter().all(|o| o.is_multiple_of(widest));
+                let shared = offsets.iter().all(|o| o % widest == offsets[0] % widest);
+                let want_pack =
+                    move |plan: &Plan| if aligned || (shared && plan.kind() != PathKind::Warp) { widest } else { 1 };
+                offset_forward::<T>(suite, &at, softmax, rows, cols, offsets, want_pack);
+                offset_backward::<T>(suite, &at, softmax, rows, cols, offsets, want_pack);
+            }
+        }
+    }
+}
+
+/// `measured`, failing where the plan's pack is not `want_pack` or anything was written
+/// before the output's view.
+fn measured_view<T: Element>(
+    all: &[T],
+    offset: usize,
+    want: &[f64],
+    floor: impl Fn(usize) -> f64,
+    plan: &Plan,
+    want_pack: usize,
+) -> Measured {
+    if plan.pack != want_pack {
+        return Measured { error: f64::INFINITY, detail: format!("pack {want_pack} expected; {}", plan.describe()) };
+    }
+    if all[..offset].iter().any(|v| !v.to_f64().is_nan()) {
+        return Measured { error: f64::INFINITY, detail: format!("wrote before the output view; {}", plan.describe()) };
+    }
+    measured(&all[offset..], want, floor, plan)
+}
+
+fn offset_forward<T: Element>(
+    suite: &mut Suite,
+    at: &str,
+    softmax: Softmax,
+    rows: usize,
+    cols: usize,
+    [input, _, output]: [usize; 3],
+    want_pack: impl Fn(&Plan) -> usize,
+) {
+    suite.case(&format!("softmax/offset_forward/{at}"), tolerance_of::<T>(), |suite, rng| {
+        let x = logits::<T>(rng, rows, cols);
+        let x_dev = suite.upload(&x, input)?;
+        let mut out = suite.poisoned::<T>(rows * cols, output)?;
+        let mut y = view_mut_at(&mut out, output, &[rows, cols])?;
+        let plan = softmax.forward(&suite.stream, &view_at(&x_dev, input, &[rows, cols])?, &mut y, false)?;
+        let want = softmax_rows(&f64s(&x), cols, false);
+        Ok(measured_view(&out.to_vec()?, output, &want, |_| probability_floor::<T>(), &plan, want_pack(&plan)))
+    });
+}
+
+fn offset_backward<T: Element>(
+    suite: &mut Suite,
+    at: &str,
+    softmax: Softmax,
+    rows: usize,
+    cols: usize,
+    [input, second, output]: [usize; 3],
+    want_pack: impl Fn(&Plan) -> usize,
+) {
+    suite.case(&format!("softmax/offset_log_backward/{at}"), tolerance_of::<T>(), |suite, rng| {
+        let x: Vec<f64> = (0..rows * cols).map(|_| rng.uniform(-8.0, 8.0)).collect();
+        let y: Vec<T> = softmax_rows(&x, cols, true).into_iter().map(T::from_f64).collect();
+        let dy: Vec<T> = (0..rows * cols).map(|_| T::from_f64(rng.uniform(-1.0, 1.0))).collect();
+        let (y_dev, dy_dev) = (suite.upload(&y, input)?, suite.upload(&dy, second)?);
+        let mut out = suite.poisoned::<T>(rows * cols, output)?;
+        let mut dx = view_mut_at(&mut out, output, &[rows, cols])?;
+        let (y_view, dy_view) = (view_at(&y_dev, input, &[rows, cols])?, view_at(&dy_dev, second, &[rows, cols])?);
+        let plan = softmax.backward(&suite.stream, &y_view, &dy_view, &mut dx, true)?;
+        let want = softmax_backward_rows(&f64s(&y), &f64s(&dy), cols, true);
+        let magnitude = softmax_backward_magnitude_rows(&f64s(&y), &f64s(&dy), cols, true);
+        let floor = relative_floor(T::DTYPE);
+        Ok(measured_view(&out.to_vec()?, output, &want, |i| magnitude[i].max(floor), &plan, want_pack(&plan)))
     });
 }
 

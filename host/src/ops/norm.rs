@@ -341,6 +341,8 @@ impl Norm {
             rows,
             cols,
             arrays,
+            // The norm kernels have no unaligned edges (gamma and beta are per column).
+            phased: false,
             args,
             // x as its own dtype (a residual sum is rounded to it).
             cache_bytes_per_col: size_of::<T>() as u32,
@@ -425,6 +427,8 @@ impl Norm {
             rows,
             cols,
             arrays,
+            // The norm kernels have no unaligned edges (gamma and beta are per column).
+            phased: false,
             args,
             // x and dy as they are (normalized and scaled as they are read).
             cache_bytes_per_col: 2 * size_of::<T>() as u32,

@@ -79,6 +79,7 @@ impl Softmax {
             rows,
             cols,
             arrays: vec![(x.address(), size_of::<T>())],
+            phased: true,
             args: SoftmaxArgs { input: x.address(), ..SoftmaxArgs::default() },
             cache_bytes_per_col: size_of::<T>() as u32,
             warp_max_cols: WARP_MAX_COLS,
@@ -158,6 +159,8 @@ impl Softmax {
         call.row.args.second = mask.address();
         call.row.args.output = y.address();
         call.row.args.period = mask_rows as u64;
+        // A broadcast mask row's offset from 16 bytes is not its input row's.
+        call.row.phased = mask_rows == call.row.rows;
         call.row.args.scale = scale;
         // The shared path caches x * scale + mask, computed in f32.
         call.row.cache_bytes_per_col = 4;
@@ -323,5 +326,14 @@ mod tests {
             }
         }
         assert!(symbol("forward", "warp8", DType::F32, 2).is_none());
+        // Rows run from their heads: the block paths at the widest pack only.
+        for kind in ["forward", "backward", "scale_mask", "causal", "cross_entropy", "cross_entropy_backward"] {
+            for path in ["shared_phased", "uncached_phased", "cluster_phased"] {
+                for (dtype, pack) in [(DType::F32, 4), (DType::F16, 8), (DType::BF16, 8)] {
+                    assert!(symbol(kind, path, dtype, pack).is_some());
+                    assert!(symbol(kind, path, dtype, 1).is_none());
+                }
+            }
+        }
     }
 }

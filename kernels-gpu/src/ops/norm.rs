@@ -201,7 +201,7 @@ unsafe fn shared_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize>(
     let cache = RowCache::<L::Exact, P>::new(dynamic_shared_addr(), slice);
     // SAFETY (block): the launch sizes shared memory for the cache; each thread touches only
     // its own packs' slots, so no barrier is needed beyond those in the reductions.
-    split.rows(shape, |at| unsafe {
+    split.rows::<P, false>(shape, |at| unsafe {
         let row = at.row;
         cache.fill(load, at);
         wait_async_copies();
@@ -209,7 +209,7 @@ unsafe fn shared_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize>(
         let squares = |center: f32| {
             let mut squares = 0.0;
             block_packs::<P>(slice, |local, _| {
-                let v = cache.read(load, row, local);
+                let v = cache.read(load, at, local);
                 unroll::<P>(|j| {
                     let d = v[j] - center;
                     squares += d * d;
@@ -224,7 +224,7 @@ unsafe fn shared_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize>(
         } else {
             let mut sum = 0.0;
             block_packs::<P>(slice, |local, _| {
-                let v = cache.read(load, row, local);
+                let v = cache.read(load, at, local);
                 unroll::<P>(|j| sum += v[j]);
             });
             norm.mean(split.all_reduce::<Sum>(sum))
@@ -235,7 +235,7 @@ unsafe fn shared_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize>(
         }
         let output = |local, col, params| {
             let (gamma, beta) = norm.params::<P>(params);
-            let v = cache.read(load, row, local);
+            let v = cache.read(load, at, local);
             store.store(unrolled_array(|j| stats.normalize(v[j]) * gamma[j] + beta[j]), row, col);
             cache.prefetch(load, at, local);
         };
@@ -288,7 +288,7 @@ unsafe fn uncached_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize>(
     let shape = &args.shape;
     let slice = Slice::whole::<P>(shape);
     // SAFETY (block): every column visited is a pack inside the row.
-    BlockSplit.rows(shape, |BlockRow { row, .. }| unsafe {
+    BlockSplit.rows::<P, false>(shape, |BlockRow { row, .. }| unsafe {
         let fetch = |col| load.fetch(row, col);
         let stats = if norm.rms {
             let mut squares = 0.0;
@@ -570,14 +570,14 @@ unsafe fn shared_backward<LX: Load<P>, LG: Load<P>, S: Store<P>, R: RowSplit, co
     // SAFETY (block): as shared_forward; the statistics hold `rows` f32s.
     unsafe {
         let saved = SavedStats::new(args.mean, args.rstd, args.rms);
-        split.rows(shape, |at| {
+        split.rows::<P, false>(shape, |at| {
             let row = at.row;
             cache_xhat.fill(load_xhat, at);
             cache_g.fill(load_g, at);
             wait_async_copies();
             let (mut sum_g, mut sum_gx) = (0.0, 0.0);
             block_packs::<P>(slice, |local, _| {
-                let (xhat, g) = (cache_xhat.read(load_xhat, row, local), cache_g.read(load_g, row, local));
+                let (xhat, g) = (cache_xhat.read(load_xhat, at, local), cache_g.read(load_g, at, local));
                 unroll::<P>(|j| {
                     sum_g += g[j];
                     sum_gx += g[j] * xhat[j];
@@ -590,7 +590,7 @@ unsafe fn shared_backward<LX: Load<P>, LG: Load<P>, S: Store<P>, R: RowSplit, co
             };
             let grad = Gradient::new(args, saved.get(row).rstd, sum_g, sum_gx);
             block_packs::<P>(slice, |local, col| {
-                let (xhat, g) = (cache_xhat.read(load_xhat, row, local), cache_g.read(load_g, row, local));
+                let (xhat, g) = (cache_xhat.read(load_xhat, at, local), cache_g.read(load_g, at, local));
                 store.store(unrolled_array(|j| grad.apply(xhat[j], g[j])), row, col);
                 cache_xhat.prefetch(load_xhat, at, local);
                 cache_g.prefetch(load_g, at, local);
@@ -613,7 +613,7 @@ unsafe fn backward_path<LX: Load<P>, LG: Load<P>, S: Store<P>, const P: usize, c
         match PATH {
             ROW_PATH_UNCACHED => {
                 let slice = Slice::whole::<P>(shape);
-                BlockSplit.rows(shape, |BlockRow { row, .. }| {
+                BlockSplit.rows::<P, false>(shape, |BlockRow { row, .. }| {
                     let fetch = |col| (load_xhat.fetch(row, col), load_g.fetch(row, col));
                     let convert = |(xhat, g), col| (load_xhat.convert(xhat, row, col), load_g.convert(g, row, col));
                     let (mut sum_g, mut sum_gx) = (0.0, 0.0);

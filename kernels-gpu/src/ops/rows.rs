@@ -144,23 +144,34 @@ fn strided(first: u64, step: u64, rows: u64, mut f: impl FnMut(u64)) {
     }
 }
 
-/// A row a block path works on, and the row its blocks take next where the split
-/// prefetches ([`RowSplit::PREFETCHES`]).
+/// A row a block path works on, where its aligned packs of `P` start, and the row its
+/// blocks take next where the split prefetches ([`RowSplit::PREFETCHES`]).
 #[derive(Clone, Copy)]
 pub(crate) struct BlockRow {
     pub(crate) row: u64,
-    next: Option<u64>,
+    /// Columns before the row's first aligned pack ([`RowShape::head`]).
+    head: u64,
+    /// The next row and its head.
+    next: Option<(u64, u64)>,
     /// Whether the previous row's last pass already requested this row's packs.
     prefetched: bool,
 }
 
-/// [`strided`] for the block paths: `f` learns each row's successor when `prefetch` says.
+/// [`strided`] for the block paths: `f` learns each row's successor when `prefetch` says,
+/// and, where `PHASED`, each row's head (else every row is aligned: head 0).
 #[inline(always)]
-fn block_rows(first: u64, step: u64, rows: u64, prefetch: bool, mut f: impl FnMut(BlockRow)) {
+fn block_rows<const P: usize, const PHASED: bool>(
+    shape: &RowShape,
+    first: u64,
+    step: u64,
+    prefetch: bool,
+    mut f: impl FnMut(BlockRow),
+) {
     let mut prefetched = false;
-    strided(first, step, rows, |row| {
-        let next = if prefetch && row + step < rows { Some(row + step) } else { None };
-        f(BlockRow { row, next, prefetched });
+    let head = |row| if PHASED { shape.head(row, P as u64) } else { 0 };
+    strided(first, step, shape.rows, |row| {
+        let next = if prefetch && row + step < shape.rows { Some((row + step, head(row + step))) } else { None };
+        f(BlockRow { row, head: head(row), next, prefetched });
         prefetched = next.is_some();
     });
 }
@@ -269,18 +280,33 @@ pub(crate) unsafe fn warp_row_reduce<R: Reduce<Value = f32>, const E: usize>(
     out
 }
 
-/// The packs of a row one block handles: all of them, or, on the cluster path, its share.
+/// The aligned packs of a row one block handles: all of them, or, on the cluster path, its
+/// share.
 #[derive(Clone, Copy)]
 pub(crate) struct Slice {
     first: u64,
     packs: u64,
+    /// Column of the row's first aligned pack (0 until [`Slice::in_row`]).
+    head: u64,
 }
 
 impl Slice {
-    /// Every pack of a row of `shape`.
+    /// Every aligned pack of a row of `shape`.
     #[inline(always)]
     pub(crate) fn whole<const P: usize>(shape: &RowShape) -> Slice {
-        Slice { first: 0, packs: shape.cols / P as u64 }
+        Slice { first: 0, packs: shape.aligned_packs(P as u64), head: 0 }
+    }
+
+    /// This slice of row `at`, whose aligned packs start at its head.
+    #[inline(always)]
+    pub(crate) fn in_row(self, at: BlockRow) -> Slice {
+        Slice { head: at.head, ..self }
+    }
+
+    /// First column of pack `local` of the slice.
+    #[inline(always)]
+    fn col<const P: usize>(&self, local: u64) -> u64 {
+        self.head + (self.first + local) * P as u64
     }
 
     /// Whether this is the row's first slice: its block writes the per-row outputs.
@@ -295,10 +321,10 @@ impl Slice {
     #[cfg(feature = "cluster")]
     #[inline(always)]
     fn share<const P: usize>(shape: &RowShape, rank: u32, ranks: u32) -> Slice {
-        let packs = shape.cols / P as u64;
+        let packs = shape.aligned_packs(P as u64);
         let each = packs.div_ceil(ranks.max(1) as u64);
         let first = (rank as u64 * each).min(packs);
-        Slice { first, packs: each.min(packs - first) }
+        Slice { first, packs: each.min(packs - first), head: 0 }
     }
 }
 
@@ -321,11 +347,29 @@ pub(crate) trait RowSplit {
     const PREFETCHES: bool;
 
     /// Calls `f` for each row this block works on; every block sharing a row runs the same
-    /// rows.
-    fn rows(&self, shape: &RowShape, f: impl FnMut(BlockRow));
+    /// rows. `PHASED` rows may start anywhere past a 16-byte boundary (`shape.phase`): each
+    /// row's aligned packs of `P` start at its head. Otherwise (the norms, whose per-column
+    /// gamma and beta need every row aligned) all start at column 0, known at compile time:
+    /// measured, a head computed for aligned rows cost the norm kernels 7-16 registers.
+    fn rows<const P: usize, const PHASED: bool>(&self, shape: &RowShape, f: impl FnMut(BlockRow));
 
-    /// The packs of a row this block handles.
+    /// The aligned packs of a row this block handles.
     fn slice<const P: usize>(&self, shape: &RowShape) -> Slice;
+
+    /// Whether this block takes the row's single elements outside its aligned packs.
+    #[cfg(feature = "softmax")]
+    fn takes_edges(&self) -> bool;
+
+    /// The column of the one element outside `PHASED` row `at`'s aligned packs of `P` that
+    /// this thread takes, if any ([`RowShape::edges`]: at most 14, so one thread each of
+    /// the first block).
+    #[cfg(feature = "softmax")]
+    #[inline(always)]
+    fn edge<const P: usize, const PHASED: bool>(&self, shape: &RowShape, at: BlockRow) -> Option<u64> {
+        let edge = thread_idx_x() as u64;
+        let taken = PHASED && self.takes_edges() && edge < shape.edges(P as u64);
+        taken.then(|| shape.edge_col(at.row, P as u64, edge))
+    }
 
     /// `R` over every thread of the blocks sharing a row; each gets the result.
     ///
@@ -342,13 +386,19 @@ impl RowSplit for BlockSplit {
     const PREFETCHES: bool = false;
 
     #[inline(always)]
-    fn rows(&self, shape: &RowShape, f: impl FnMut(BlockRow)) {
-        block_rows(block_idx_x() as u64, grid_dim_x() as u64, shape.rows, Self::PREFETCHES, f);
+    fn rows<const P: usize, const PHASED: bool>(&self, shape: &RowShape, f: impl FnMut(BlockRow)) {
+        block_rows::<P, PHASED>(shape, block_idx_x() as u64, grid_dim_x() as u64, Self::PREFETCHES, f);
     }
 
     #[inline(always)]
     fn slice<const P: usize>(&self, shape: &RowShape) -> Slice {
         Slice::whole::<P>(shape)
+    }
+
+    #[cfg(feature = "softmax")]
+    #[inline(always)]
+    fn takes_edges(&self) -> bool {
+        true
     }
 
     #[inline(always)]
@@ -390,13 +440,19 @@ impl RowSplit for ClusterSplit {
     const PREFETCHES: bool = true;
 
     #[inline(always)]
-    fn rows(&self, shape: &RowShape, f: impl FnMut(BlockRow)) {
-        block_rows(cluster_id() as u64, clusters() as u64, shape.rows, Self::PREFETCHES, f);
+    fn rows<const P: usize, const PHASED: bool>(&self, shape: &RowShape, f: impl FnMut(BlockRow)) {
+        block_rows::<P, PHASED>(shape, cluster_id() as u64, clusters() as u64, Self::PREFETCHES, f);
     }
 
     #[inline(always)]
     fn slice<const P: usize>(&self, shape: &RowShape) -> Slice {
         Slice::share::<P>(shape, cluster_rank(), cluster_blocks())
+    }
+
+    #[cfg(feature = "softmax")]
+    #[inline(always)]
+    fn takes_edges(&self) -> bool {
+        cluster_rank() == 0
     }
 
     #[inline(always)]
@@ -434,7 +490,7 @@ impl RowSplit for ClusterSplit {
 pub(crate) fn block_packs<const P: usize>(slice: Slice, mut f: impl FnMut(u64, u64)) {
     let mut local = thread_idx_x() as u64;
     while local < slice.packs {
-        f(local, (slice.first + local) * P as u64);
+        f(local, slice.col::<P>(local));
         local += block_dim_x() as u64;
     }
 }
@@ -454,7 +510,7 @@ pub(crate) fn block_packs_loaded<const P: usize, V: Copy>(
 ) {
     let batch = const { fetch_group::<V>(MAX_BATCH) } as u64;
     let block = block_dim_x() as u64;
-    let col = |local: u64| (slice.first + local) * P as u64;
+    let col = |local: u64| slice.col::<P>(local);
     let mut local = thread_idx_x() as u64;
     while local + (batch - 1) * block < slice.packs {
         let first = fetch(col(local));
@@ -534,22 +590,23 @@ impl<C: Scalar, const P: usize> RowCache<C, P> {
             return;
         }
         let row = at.row;
+        let slice = self.slice.in_row(at);
         match load.source() {
             // cp.async moves 4, 8 or 16 bytes; a source's pack is one access.
-            Some(view) if Self::ACCESS >= 4 => block_packs::<P>(self.slice, |local, col| {
+            Some(view) if Self::ACCESS >= 4 => block_packs::<P>(slice, |local, col| {
                 // SAFETY: the pack is inside the row and the cache, aligned to its size.
                 unsafe { copy_async(self.at(local, 0), view.at(row, col), Self::ACCESS) }
             }),
             // Single 16-bit elements: copied through registers, still untransformed.
             Some(view) => block_packs_loaded::<P, _>(
-                self.slice,
+                slice,
                 // SAFETY: the element is inside the row.
                 |col| unsafe { load_global_nc(view.at(row, col), Self::ACCESS) },
                 // SAFETY: the element is inside the cache.
                 |local, _, words| unsafe { store_shared(self.at(local, 0), Self::ACCESS, words) },
             ),
             None => block_packs_loaded::<P, _>(
-                self.slice,
+                slice,
                 // SAFETY: the pack is inside the row.
                 |col| unsafe { load.fetch(row, col) },
                 // SAFETY: what `fetch` returned for this pack; the pack is inside the cache.
@@ -572,27 +629,27 @@ impl<C: Scalar, const P: usize> RowCache<C, P> {
     /// (the copy lands in the same slot: call this after the values read are used).
     #[inline(always)]
     pub(crate) unsafe fn prefetch<L: Load<P, Exact = C>>(&self, load: &L, at: BlockRow, local: u64) {
-        if let (Some(view), Some(next)) = (load.source(), at.next)
+        if let (Some(view), Some((next, head))) = (load.source(), at.next)
             && Self::copies(load)
         {
-            let col = (self.slice.first + local) * P as u64;
+            let col = Slice { head, ..self.slice }.col::<P>(local);
             // SAFETY: the pack is inside the row and the cache, aligned to its size.
             unsafe { copy_async(self.at(local, 0), view.at(next, col), Self::ACCESS) }
         }
     }
 
-    /// The values of pack `local` of the slice of `row` as `load` gives them: the cached ones,
-    /// transformed where the cache holds the load's source.
+    /// The values of pack `local` of the slice of row `at` as `load` gives them: the cached
+    /// ones, transformed where the cache holds the load's source.
     ///
     /// # Safety
     /// This thread must have filled the pack through `load` (and waited for its copies).
     #[inline(always)]
-    pub(crate) unsafe fn read<L: Load<P, Exact = C>>(&self, load: &L, row: u64, local: u64) -> [f32; P] {
+    pub(crate) unsafe fn read<L: Load<P, Exact = C>>(&self, load: &L, at: BlockRow, local: u64) -> [f32; P] {
         // SAFETY: forwarded to the caller.
         unsafe {
             let cached = self.read_cached(local);
-            let col = (self.slice.first + local) * P as u64;
-            if load.source().is_some() { load.transform(cached, row, col) } else { cached }
+            let col = self.slice.in_row(at).col::<P>(local);
+            if load.source().is_some() { load.transform(cached, at.row, col) } else { cached }
         }
     }
 

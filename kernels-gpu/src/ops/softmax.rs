@@ -10,12 +10,15 @@ use super::rows::{
     BlockRow, BlockSplit, RowCache, RowSplit, Slice, WarpRows, block_packs, block_packs_loaded, warp_load,
     warp_row_reduce, warp_store,
 };
+use crate::abi::{
+    CROSS_ENTROPY_IGNORE_INDEX, ROW_PATH_SHARED, ROW_PATH_SHARED_PHASED, ROW_PATH_UNCACHED, ROW_PATH_UNCACHED_PHASED,
+    RowShape, SoftmaxArgs, runs_phased,
+};
 #[cfg(feature = "cluster")]
-use crate::abi::ROW_PATH_CLUSTER;
-use crate::abi::{CROSS_ENTROPY_IGNORE_INDEX, ROW_PATH_SHARED, ROW_PATH_UNCACHED, SoftmaxArgs};
+use crate::abi::{ROW_PATH_CLUSTER, ROW_PATH_CLUSTER_PHASED};
 use crate::arch::{dynamic_shared_addr, wait_async_copies};
 use crate::math::exp;
-use crate::pack::{DirectLoad, DirectStore, Load, Pack, RowMajor, Store};
+use crate::pack::{DirectLoad, DirectStore, Load, LoadOne, Pack, RowMajor, Store, StoreOne};
 use crate::reduce::{MAX_WORDS, Max, Reduce, Sum, Words, block_all_reduce};
 use crate::scalar::Scalar;
 use crate::unroll::{unroll, unrolled_array};
@@ -80,9 +83,16 @@ unsafe fn warp_forward<L: Load<P>, S: Store<P>, const P: usize, const E: usize>(
 }
 
 /// The row cached in shared memory, split over blocks as `split` says (a block, or a
-/// cluster of blocks each holding a slice).
+/// cluster of blocks each holding a slice). A thread's element outside the row's aligned
+/// packs ([`RowSplit::edge`]) stays in a register.
 #[inline(always)]
-unsafe fn shared_forward<L: Load<P>, S: Store<P>, R: RowSplit, const P: usize>(
+unsafe fn shared_forward<
+    L: Load<P> + LoadOne,
+    S: Store<P> + StoreOne,
+    R: RowSplit,
+    const P: usize,
+    const PHASED: bool,
+>(
     load: &L,
     store: &S,
     args: &SoftmaxArgs,
@@ -92,22 +102,24 @@ unsafe fn shared_forward<L: Load<P>, S: Store<P>, R: RowSplit, const P: usize>(
     let slice = split.slice::<P>(&args.shape);
     let cache = RowCache::<L::Exact, P>::new(dynamic_shared_addr(), slice);
     // SAFETY (block): the launch sizes shared memory for the cache; each thread touches only
-    // its own packs' slots, so no barrier is needed beyond those in the reductions.
-    split.rows(&args.shape, |at| unsafe {
-        let row = at.row;
+    // its own packs' slots, so no barrier is needed beyond those in the reductions. Edges
+    // are elements of the row.
+    split.rows::<P, PHASED>(&args.shape, |at| unsafe {
+        let (row, slice) = (at.row, slice.in_row(at));
+        let edge = split.edge::<P, PHASED>(&args.shape, at).map(|col| (col, load.load_one(row, col)));
         cache.fill(load, at);
         wait_async_copies();
-        let mut thread_max = f32::NEG_INFINITY;
+        let mut thread_max = edge.map_or(f32::NEG_INFINITY, |(_, x)| x);
         block_packs::<P>(slice, |local, _| {
-            let v = cache.read(load, row, local);
+            let v = cache.read(load, at, local);
             unroll::<P>(|j| thread_max = thread_max.max(v[j]));
         });
         // e^(x - max) is computed again for the output rather than cached: the cache holds
         // the row's own dtype, which would round it.
         let thread_sum = |max: f32| {
-            let mut sum = 0.0;
+            let mut sum = edge.map_or(0.0, |(_, x)| exp(x - max));
             block_packs::<P>(slice, |local, _| {
-                let v = cache.read(load, row, local);
+                let v = cache.read(load, at, local);
                 unroll::<P>(|j| sum += exp(v[j] - max));
             });
             sum
@@ -122,9 +134,13 @@ unsafe fn shared_forward<L: Load<P>, S: Store<P>, R: RowSplit, const P: usize>(
             (max, split.all_reduce::<Sum>(thread_sum(max)))
         };
         let norm = Normalize::new(max, sum, log);
+        let output = |x: f32| norm.apply(if log { x } else { exp(x - max) });
+        if let Some((col, x)) = edge {
+            store.store_one(output(x), row, col);
+        }
         block_packs::<P>(slice, |local, col| {
-            let v = cache.read(load, row, local);
-            store.store(unrolled_array(|j| norm.apply(if log { v[j] } else { exp(v[j] - max) })), row, col);
+            let v = cache.read(load, at, local);
+            store.store(unrolled_array(|j| output(v[j])), row, col);
             cache.prefetch(load, at, local);
         });
     });
@@ -182,28 +198,41 @@ impl Online {
 }
 
 #[inline(always)]
-unsafe fn uncached_forward<L: Load<P>, S: Store<P>, const P: usize>(load: &L, store: &S, args: &SoftmaxArgs) {
+unsafe fn uncached_forward<L: Load<P> + LoadOne, S: Store<P> + StoreOne, const P: usize, const PHASED: bool>(
+    load: &L,
+    store: &S,
+    args: &SoftmaxArgs,
+) {
     let log = args.log != 0;
     let slice = Slice::whole::<P>(&args.shape);
-    // SAFETY (block): every column visited is a pack inside the row.
-    BlockSplit.rows(&args.shape, |BlockRow { row, .. }| unsafe {
+    // SAFETY (block): every column visited is a pack or an edge element inside the row.
+    BlockSplit.rows::<P, PHASED>(&args.shape, |at| unsafe {
+        let (row, slice) = (at.row, slice.in_row(at));
+        let edge = BlockSplit.edge::<P, PHASED>(&args.shape, at).map(|col| (col, load.load_one(row, col)));
         let fetch = |col| load.fetch(row, col);
         let mut online = Online { max: f32::NEG_INFINITY, sum: 0.0 };
+        if let Some((_, x)) = edge {
+            online.add([x]);
+        }
         block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| online.add(load.convert(fetched, row, col)));
         let max = block_all_reduce::<Max>(online.max);
         // A thread that saw only -inf contributes 0 (its max is -inf, its sum 0).
         let rescaled = if online.max > f32::NEG_INFINITY { online.sum * exp(online.max - max) } else { 0.0 };
         let norm = Normalize::new(max, block_all_reduce::<Sum>(rescaled), log);
+        let output = |x: f32| norm.apply(if log { x } else { exp(x - max) });
+        if let Some((col, x)) = edge {
+            store.store_one(output(x), row, col);
+        }
         block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| {
             let v = load.convert(fetched, row, col);
-            store.store(unrolled_array(|j| norm.apply(if log { v[j] } else { exp(v[j] - max) })), row, col);
+            store.store(unrolled_array(|j| output(v[j])), row, col);
         });
     });
 }
 
 /// The forward body for path `PATH` (a warp code is the elements per lane).
 #[inline(always)]
-unsafe fn forward_path<L: Load<P>, S: Store<P>, const P: usize, const PATH: usize>(
+unsafe fn forward_path<L: Load<P> + LoadOne, S: Store<P> + StoreOne, const P: usize, const PATH: usize>(
     load: &L,
     store: &S,
     args: &SoftmaxArgs,
@@ -211,10 +240,18 @@ unsafe fn forward_path<L: Load<P>, S: Store<P>, const P: usize, const PATH: usiz
     // SAFETY: forwarded; the host launched this kernel with this path's geometry.
     unsafe {
         match PATH {
-            ROW_PATH_UNCACHED => uncached_forward::<L, S, P>(load, store, args),
-            ROW_PATH_SHARED => shared_forward::<L, S, _, P>(load, store, args, &BlockSplit),
+            ROW_PATH_UNCACHED => uncached_forward::<L, S, P, false>(load, store, args),
+            ROW_PATH_UNCACHED_PHASED => uncached_forward::<L, S, P, true>(load, store, args),
+            ROW_PATH_SHARED => shared_forward::<L, S, _, P, false>(load, store, args, &BlockSplit),
+            ROW_PATH_SHARED_PHASED => shared_forward::<L, S, _, P, true>(load, store, args, &BlockSplit),
             #[cfg(feature = "cluster")]
-            ROW_PATH_CLUSTER => ClusterSplit::run(|split| shared_forward::<L, S, _, P>(load, store, args, split)),
+            ROW_PATH_CLUSTER => {
+                ClusterSplit::run(|split| shared_forward::<L, S, _, P, false>(load, store, args, split))
+            }
+            #[cfg(feature = "cluster")]
+            ROW_PATH_CLUSTER_PHASED => {
+                ClusterSplit::run(|split| shared_forward::<L, S, _, P, true>(load, store, args, split))
+            }
             _ => warp_forward::<L, S, P, PATH>(load, store, args),
         }
     }
@@ -241,9 +278,31 @@ impl Gradient {
     }
 }
 
+/// The element outside a row's aligned packs that this thread takes on the backward, if
+/// any: its column, y and dy.
+#[inline(always)]
+unsafe fn backward_edge<LY: LoadOne, LD: LoadOne, const P: usize, const PHASED: bool>(
+    load_y: &LY,
+    load_dy: &LD,
+    args: &SoftmaxArgs,
+    split: &impl RowSplit,
+    at: BlockRow,
+) -> Option<(u64, f32, f32)> {
+    // SAFETY: an edge is an element of the row.
+    split
+        .edge::<P, PHASED>(&args.shape, at)
+        .map(|col| unsafe { (col, load_y.load_one(at.row, col), load_dy.load_one(at.row, col)) })
+}
+
 /// The backward with the rows cached in shared memory, split over blocks as `split` says.
 #[inline(always)]
-unsafe fn shared_backward<LY: Load<P>, LD: Load<P>, S: Store<P>, const P: usize>(
+unsafe fn shared_backward<
+    LY: Load<P> + LoadOne,
+    LD: Load<P> + LoadOne,
+    S: Store<P> + StoreOne,
+    const P: usize,
+    const PHASED: bool,
+>(
     load_y: &LY,
     load_dy: &LD,
     store: &S,
@@ -256,19 +315,23 @@ unsafe fn shared_backward<LY: Load<P>, LD: Load<P>, S: Store<P>, const P: usize>
     let cache_y = RowCache::<LY::Exact, P>::new(dynamic_shared_addr(), slice);
     let cache_dy = RowCache::<LD::Exact, P>::new(cache_y.end(), slice);
     // SAFETY (block): as shared_forward.
-    split.rows(&args.shape, |at| unsafe {
-        let row = at.row;
+    split.rows::<P, PHASED>(&args.shape, |at| unsafe {
+        let (row, slice) = (at.row, slice.in_row(at));
+        let edge = backward_edge::<LY, LD, P, PHASED>(load_y, load_dy, args, split, at);
         cache_y.fill(load_y, at);
         cache_dy.fill(load_dy, at);
         wait_async_copies();
-        let mut thread_sum = 0.0;
+        let mut thread_sum = edge.map_or(0.0, |(_, y, dy)| Gradient::term(log, y, dy));
         block_packs::<P>(slice, |local, _| {
-            let (y, dy) = (cache_y.read(load_y, row, local), cache_dy.read(load_dy, row, local));
+            let (y, dy) = (cache_y.read(load_y, at, local), cache_dy.read(load_dy, at, local));
             unroll::<P>(|j| thread_sum += Gradient::term(log, y[j], dy[j]));
         });
         let g = Gradient { log, sum: split.all_reduce::<Sum>(thread_sum) };
+        if let Some((col, y, dy)) = edge {
+            store.store_one(g.apply(y, dy), row, col);
+        }
         block_packs::<P>(slice, |local, col| {
-            let (y, dy) = (cache_y.read(load_y, row, local), cache_dy.read(load_dy, row, local));
+            let (y, dy) = (cache_y.read(load_y, at, local), cache_dy.read(load_dy, at, local));
             store.store(unrolled_array(|j| g.apply(y[j], dy[j])), row, col);
             cache_y.prefetch(load_y, at, local);
             cache_dy.prefetch(load_dy, at, local);
@@ -276,8 +339,52 @@ unsafe fn shared_backward<LY: Load<P>, LD: Load<P>, S: Store<P>, const P: usize>
     });
 }
 
+/// The backward re-reading the rows from global memory.
 #[inline(always)]
-unsafe fn backward_path<LY: Load<P>, LD: Load<P>, S: Store<P>, const P: usize, const PATH: usize>(
+unsafe fn uncached_backward<
+    LY: Load<P> + LoadOne,
+    LD: Load<P> + LoadOne,
+    S: Store<P> + StoreOne,
+    const P: usize,
+    const PHASED: bool,
+>(
+    load_y: &LY,
+    load_dy: &LD,
+    store: &S,
+    args: &SoftmaxArgs,
+) {
+    let log = args.log != 0;
+    let slice = Slice::whole::<P>(&args.shape);
+    // SAFETY (block): every column visited is a pack or an edge element inside the row.
+    BlockSplit.rows::<P, PHASED>(&args.shape, |at| unsafe {
+        let (row, slice) = (at.row, slice.in_row(at));
+        let edge = backward_edge::<LY, LD, P, PHASED>(load_y, load_dy, args, &BlockSplit, at);
+        let fetch = |col| (load_y.fetch(row, col), load_dy.fetch(row, col));
+        let convert = |(y, dy), col| (load_y.convert(y, row, col), load_dy.convert(dy, row, col));
+        let mut thread_sum = edge.map_or(0.0, |(_, y, dy)| Gradient::term(log, y, dy));
+        block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| {
+            let (y, dy) = convert(fetched, col);
+            unroll::<P>(|j| thread_sum += Gradient::term(log, y[j], dy[j]))
+        });
+        let g = Gradient { log, sum: block_all_reduce::<Sum>(thread_sum) };
+        if let Some((col, y, dy)) = edge {
+            store.store_one(g.apply(y, dy), row, col);
+        }
+        block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| {
+            let (y, dy) = convert(fetched, col);
+            store.store(unrolled_array(|j| g.apply(y[j], dy[j])), row, col)
+        });
+    })
+}
+
+#[inline(always)]
+unsafe fn backward_path<
+    LY: Load<P> + LoadOne,
+    LD: Load<P> + LoadOne,
+    S: Store<P> + StoreOne,
+    const P: usize,
+    const PATH: usize,
+>(
     load_y: &LY,
     load_dy: &LD,
     store: &S,
@@ -287,27 +394,17 @@ unsafe fn backward_path<LY: Load<P>, LD: Load<P>, S: Store<P>, const P: usize, c
     // SAFETY (whole body): as the forward paths.
     unsafe {
         match PATH {
-            ROW_PATH_UNCACHED => {
-                let slice = Slice::whole::<P>(&args.shape);
-                BlockSplit.rows(&args.shape, |BlockRow { row, .. }| {
-                    let fetch = |col| (load_y.fetch(row, col), load_dy.fetch(row, col));
-                    let convert = |(y, dy), col| (load_y.convert(y, row, col), load_dy.convert(dy, row, col));
-                    let mut thread_sum = 0.0;
-                    block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| {
-                        let (y, dy) = convert(fetched, col);
-                        unroll::<P>(|j| thread_sum += Gradient::term(log, y[j], dy[j]))
-                    });
-                    let g = Gradient { log, sum: block_all_reduce::<Sum>(thread_sum) };
-                    block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| {
-                        let (y, dy) = convert(fetched, col);
-                        store.store(unrolled_array(|j| g.apply(y[j], dy[j])), row, col)
-                    });
-                })
-            }
-            ROW_PATH_SHARED => shared_backward::<LY, LD, S, P>(load_y, load_dy, store, args, &BlockSplit),
+            ROW_PATH_UNCACHED => uncached_backward::<LY, LD, S, P, false>(load_y, load_dy, store, args),
+            ROW_PATH_UNCACHED_PHASED => uncached_backward::<LY, LD, S, P, true>(load_y, load_dy, store, args),
+            ROW_PATH_SHARED => shared_backward::<LY, LD, S, P, false>(load_y, load_dy, store, args, &BlockSplit),
+            ROW_PATH_SHARED_PHASED => shared_backward::<LY, LD, S, P, true>(load_y, load_dy, store, args, &BlockSplit),
             #[cfg(feature = "cluster")]
             ROW_PATH_CLUSTER => {
-                ClusterSplit::run(|split| shared_backward::<LY, LD, S, P>(load_y, load_dy, store, args, split))
+                ClusterSplit::run(|split| shared_backward::<LY, LD, S, P, false>(load_y, load_dy, store, args, split))
+            }
+            #[cfg(feature = "cluster")]
+            ROW_PATH_CLUSTER_PHASED => {
+                ClusterSplit::run(|split| shared_backward::<LY, LD, S, P, true>(load_y, load_dy, store, args, split))
             }
             _ => {
                 let at = WarpRows::new::<PATH>(&args.shape);
@@ -459,12 +556,17 @@ impl<T: Scalar, const N: usize> Store<N> for CrossEntropyGradStore<T> {
 
 /// # Safety (every kernel body below)
 /// `args` must describe live arrays of `rows x cols` elements of `T` (row stride `cols`),
-/// aligned to `P` elements with `cols` a multiple of `P`, and a launch with the geometry
-/// the host's dispatch planned for `PATH`.
+/// each starting `args.shape.phase` elements past a 16-byte boundary, with either every row
+/// aligned to `P` elements or `PATH` a block path (which runs each row from its head), and
+/// a launch with the geometry the host's dispatch planned for `PATH`.
 #[inline(always)]
-unsafe fn direct<T: Scalar>(address: u64, cols: u64) -> (DirectLoad<T>, DirectStore<T>) {
-    // SAFETY: forwarded.
-    let view = unsafe { RowMajor::<T>::new(address, cols) };
+unsafe fn direct<T: Scalar, const P: usize, const PATH: usize>(
+    address: u64,
+    shape: &RowShape,
+) -> (DirectLoad<T>, DirectStore<T>) {
+    let first = if runs_phased(PATH) { shape.phase as u64 } else { 0 };
+    // SAFETY: forwarded (the host passes a phase only to kernels that run phased rows).
+    let view = unsafe { RowMajor::<T>::past_boundary(address, shape.cols, first) };
     (DirectLoad(view), DirectStore(view))
 }
 
@@ -472,8 +574,8 @@ unsafe fn direct<T: Scalar>(address: u64, cols: u64) -> (DirectLoad<T>, DirectSt
 pub unsafe fn forward<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
     // SAFETY: see `direct`.
     unsafe {
-        let (load, _) = direct::<T>(args.input, args.shape.cols);
-        let (_, store) = direct::<T>(args.output, args.shape.cols);
+        let (load, _) = direct::<T, P, PATH>(args.input, &args.shape);
+        let (_, store) = direct::<T, P, PATH>(args.output, &args.shape);
         forward_path::<_, _, P, PATH>(&load, &store, args);
     }
 }
@@ -482,9 +584,9 @@ pub unsafe fn forward<T: Scalar, const P: usize, const PATH: usize>(args: &Softm
 pub unsafe fn backward<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
     // SAFETY: see `direct`.
     unsafe {
-        let (load_y, _) = direct::<T>(args.input, args.shape.cols);
-        let (load_dy, _) = direct::<T>(args.second, args.shape.cols);
-        let (_, store) = direct::<T>(args.output, args.shape.cols);
+        let (load_y, _) = direct::<T, P, PATH>(args.input, &args.shape);
+        let (load_dy, _) = direct::<T, P, PATH>(args.second, &args.shape);
+        let (_, store) = direct::<T, P, PATH>(args.output, &args.shape);
         backward_path::<_, _, _, P, PATH>(&load_y, &load_dy, &store, args);
     }
 }
@@ -500,12 +602,12 @@ pub unsafe fn scale_mask<T: Scalar, const P: usize, const PATH: usize>(args: &So
     // SAFETY: see `direct`; the mask has `period` rows.
     unsafe {
         let load = ScaleMaskLoad {
-            x: direct::<T>(args.input, args.shape.cols).0,
-            mask: direct::<T>(args.second, args.shape.cols).0,
+            x: direct::<T, P, PATH>(args.input, &args.shape).0,
+            mask: direct::<T, P, PATH>(args.second, &args.shape).0,
             period: period(args),
             scale: args.scale,
         };
-        let (_, store) = direct::<T>(args.output, args.shape.cols);
+        let (_, store) = direct::<T, P, PATH>(args.output, &args.shape);
         forward_path::<_, _, P, PATH>(&load, &store, args);
     }
 }
@@ -515,8 +617,8 @@ pub unsafe fn causal<T: Scalar, const P: usize, const PATH: usize>(args: &Softma
     // SAFETY: see `direct`.
     unsafe {
         let load =
-            CausalLoad { x: direct::<T>(args.input, args.shape.cols).0, period: period(args), scale: args.scale };
-        let (_, store) = direct::<T>(args.output, args.shape.cols);
+            CausalLoad { x: direct::<T, P, PATH>(args.input, &args.shape).0, period: period(args), scale: args.scale };
+        let (_, store) = direct::<T, P, PATH>(args.output, &args.shape);
         forward_path::<_, _, P, PATH>(&load, &store, args);
     }
 }
@@ -525,7 +627,7 @@ pub unsafe fn causal<T: Scalar, const P: usize, const PATH: usize>(args: &Softma
 pub unsafe fn cross_entropy<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
     // SAFETY: see `direct`; target and loss have `rows` elements. `args.log` is 1.
     unsafe {
-        let (load, _) = direct::<T>(args.input, args.shape.cols);
+        let (load, _) = direct::<T, P, PATH>(args.input, &args.shape);
         let store =
             LossStore { target: args.target as *const i64, loss: args.row_values as *mut f32, cols: args.shape.cols };
         forward_path::<_, _, P, PATH>(&load, &store, args);
@@ -536,9 +638,9 @@ pub unsafe fn cross_entropy<T: Scalar, const P: usize, const PATH: usize>(args: 
 pub unsafe fn cross_entropy_backward<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
     // SAFETY: see `direct`; target and dloss have `rows` elements. `args.log` is 0.
     unsafe {
-        let (load, _) = direct::<T>(args.input, args.shape.cols);
+        let (load, _) = direct::<T, P, PATH>(args.input, &args.shape);
         let store = CrossEntropyGradStore {
-            out: direct::<T>(args.output, args.shape.cols).1,
+            out: direct::<T, P, PATH>(args.output, &args.shape).1,
             target: args.target as *const i64,
             dloss: args.row_values as *const f32,
             cols: args.shape.cols,

@@ -11,7 +11,8 @@ use crate::DeviceInfo;
 use crate::launch::WAVES;
 use crate::launch::grid_stride_blocks;
 use rill_kernels_gpu::abi::{
-    ROW_CLUSTER_SIZES, ROW_PATH_CLUSTER, ROW_PATH_SHARED, ROW_PATH_UNCACHED, ROW_WARP_BLOCK_SIZE, rows_per_access,
+    ROW_CLUSTER_SIZES, ROW_PATH_CLUSTER, ROW_PATH_CLUSTER_PHASED, ROW_PATH_SHARED, ROW_PATH_SHARED_PHASED,
+    ROW_PATH_UNCACHED, ROW_PATH_UNCACHED_PHASED, ROW_WARP_BLOCK_SIZE, rows_per_access,
 };
 
 /// Elements per lane the warp kernels are compiled for.
@@ -61,6 +62,9 @@ pub enum PathKind {
 pub struct Plan {
     pub path: Path,
     pub pack: usize,
+    /// Whether a block path runs each row from its head: rows that start past a 16-byte
+    /// boundary, all arrays by the same amount (see [`Problem::block_pack`]).
+    pub phased: bool,
     pub grid: u32,
 }
 
@@ -98,14 +102,17 @@ impl Plan {
 
     /// The path's name in kernel symbols and its compile-time code.
     pub fn symbol_path(&self) -> (&'static str, usize) {
-        match self.path {
-            Path::Warp { elements: 8, .. } => ("warp8", 8),
-            Path::Warp { elements: 16, .. } => ("warp16", 16),
-            Path::Warp { elements: 24, .. } => ("warp24", 24),
-            Path::Warp { .. } => ("warp32", 32),
-            Path::Shared { .. } => ("shared", ROW_PATH_SHARED),
-            Path::Uncached { .. } => ("uncached", ROW_PATH_UNCACHED),
-            Path::Cluster { .. } => ("cluster", ROW_PATH_CLUSTER),
+        match (self.path, self.phased) {
+            (Path::Warp { elements: 8, .. }, _) => ("warp8", 8),
+            (Path::Warp { elements: 16, .. }, _) => ("warp16", 16),
+            (Path::Warp { elements: 24, .. }, _) => ("warp24", 24),
+            (Path::Warp { .. }, _) => ("warp32", 32),
+            (Path::Shared { .. }, false) => ("shared", ROW_PATH_SHARED),
+            (Path::Shared { .. }, true) => ("shared_phased", ROW_PATH_SHARED_PHASED),
+            (Path::Uncached { .. }, false) => ("uncached", ROW_PATH_UNCACHED),
+            (Path::Uncached { .. }, true) => ("uncached_phased", ROW_PATH_UNCACHED_PHASED),
+            (Path::Cluster { .. }, false) => ("cluster", ROW_PATH_CLUSTER),
+            (Path::Cluster { .. }, true) => ("cluster_phased", ROW_PATH_CLUSTER_PHASED),
         }
     }
 
@@ -119,7 +126,8 @@ impl Plan {
                 format!("cluster path: {cluster} blocks of {block} a row, {shared_bytes} B shared each")
             }
         };
-        format!("{path}, pack {}, grid {}", self.pack, self.grid)
+        let phased = if self.phased { " from each row's head" } else { "" };
+        format!("{path}, pack {}{phased}, grid {}", self.pack, self.grid)
     }
 }
 
@@ -130,6 +138,10 @@ pub struct Problem {
     pub cols: usize,
     /// The widest pack every address and the row length allow (1 or the dtype's widest).
     pub pack: usize,
+    /// The block paths' pack: `pack`, or the dtype's widest where the row's arrays share
+    /// one offset from a 16-byte boundary (the kernels then run each row in aligned packs
+    /// from its head, its few other elements one at a time; see `RowShape::phase`).
+    pub block_pack: usize,
     /// Bytes per column the shared path caches (each cached array's exact dtype: the
     /// input's for plain loads, f32 for fused ones; a backward caches two arrays).
     pub cache_bytes_per_col: u32,
@@ -139,6 +151,14 @@ pub struct Problem {
     /// Widest row the dispatcher gives the warp path (at most [`WARP_MAX_COLS`]).
     pub warp_max_cols: usize,
     pub force: Option<PathKind>,
+}
+
+impl Problem {
+    /// Whether the block paths run rows from their heads: their pack is wider than every
+    /// row allows.
+    fn phased(&self) -> bool {
+        self.block_pack > self.pack
+    }
 }
 
 /// Blocks per SM the kernel reaches with `block` threads and `shared` bytes (the
@@ -208,6 +228,7 @@ fn warp_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
     Plan {
         path: Path::Warp { width, elements },
         pack: problem.pack,
+        phased: false,
         grid: grid_stride_blocks(threads, ROW_WARP_BLOCK_SIZE, device),
     }
 }
@@ -238,7 +259,8 @@ fn shared_plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancy<'_>)
     }
     Ok(Some(Plan {
         path: Path::Shared { block, shared_bytes },
-        pack: problem.pack,
+        pack: problem.block_pack,
+        phased: problem.phased(),
         grid: block_grid(problem.rows, block, device),
     }))
 }
@@ -265,9 +287,9 @@ fn cluster_plan(
         return Ok(None);
     }
     let limit = device.max_shared_bytes_per_block_optin.saturating_sub(CLUSTER_STATIC_SHARED_BYTES) as u64;
-    let packs = (problem.cols / problem.pack.max(1)) as u64;
-    let slice_bytes =
-        |cluster: u32| packs.div_ceil(cluster as u64) * problem.pack as u64 * problem.cache_bytes_per_col as u64;
+    let pack = problem.block_pack.max(1) as u64;
+    let packs = problem.cols as u64 / pack;
+    let slice_bytes = |cluster: u32| packs.div_ceil(cluster as u64) * pack * problem.cache_bytes_per_col as u64;
     for cluster in ROW_CLUSTER_SIZES.into_iter().filter(|&c| slice_bytes(c) <= limit) {
         let bytes = slice_bytes(cluster);
         for block in BLOCK_SIZES.into_iter().rev().filter(|&b| b <= problem.block_limit) {
@@ -276,7 +298,8 @@ fn cluster_plan(
                 let clusters = (problem.rows as u64).min(resident as u64 * CLUSTER_WAVES as u64).max(1);
                 return Ok(Some(Plan {
                     path: Path::Cluster { cluster, block, shared_bytes: bytes as u32 },
-                    pack: problem.pack,
+                    pack: problem.block_pack,
+                    phased: problem.phased(),
                     grid: (clusters * cluster as u64) as u32,
                 }));
             }
@@ -288,7 +311,12 @@ fn cluster_plan(
 fn uncached_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
     // The largest block the kernel allows: more threads per row, more loads in flight.
     let block = BLOCK_SIZES.into_iter().rev().find(|&b| b <= problem.block_limit).unwrap_or(BLOCK_SIZES[0]);
-    Plan { path: Path::Uncached { block }, pack: problem.pack, grid: block_grid(problem.rows, block, device) }
+    Plan {
+        path: Path::Uncached { block },
+        pack: problem.block_pack,
+        phased: problem.phased(),
+        grid: block_grid(problem.rows, block, device),
+    }
 }
 
 #[cfg(test)]
@@ -301,6 +329,7 @@ mod tests {
             rows,
             cols,
             pack,
+            block_pack: pack,
             cache_bytes_per_col: 4,
             block_limit: 1024,
             warp_max_cols: WARP_MAX_COLS,
@@ -442,6 +471,33 @@ mod tests {
         p.cols = 1024;
         p.force = Some(PathKind::Warp);
         assert_eq!(plan(&p, &device, OCCUPANCY).unwrap().kind(), PathKind::Warp);
+    }
+
+    #[test]
+    fn rows_sharing_a_phase_take_the_block_paths_in_aligned_packs() {
+        let device = h100();
+        // 50257 f16 columns: no row but the first may start aligned, yet all the arrays
+        // share one offset from 16 bytes, so the block paths run packs of 8.
+        let mut odd = problem(4096, 50257, 1);
+        odd.block_pack = 8;
+        odd.cache_bytes_per_col = 2;
+        let p = plan(&odd, &device, OCCUPANCY).unwrap();
+        assert_eq!((p.kind(), p.pack, p.phased), (PathKind::Shared, 8, true));
+        assert_eq!(p.symbol_path(), ("shared_phased", ROW_PATH_SHARED_PHASED));
+        odd.force = Some(PathKind::Uncached);
+        let p = plan(&odd, &device, OCCUPANCY).unwrap();
+        assert_eq!((p.pack, p.symbol_path().0), (8, "uncached_phased"));
+        odd.force = Some(PathKind::Cluster);
+        let p = plan(&odd, &device, OCCUPANCY).unwrap();
+        assert_eq!((p.pack, p.symbol_path().0), (8, "cluster_phased"));
+        // The warp path keeps the pack every row allows.
+        odd.cols = 1000;
+        odd.force = None;
+        let p = plan(&odd, &device, OCCUPANCY).unwrap();
+        assert_eq!((p.kind(), p.pack, p.phased), (PathKind::Warp, 1, false));
+        // Aligned rows run the aligned kernels.
+        let p = plan(&problem(4096, 4096, 8), &device, OCCUPANCY).unwrap();
+        assert_eq!((p.pack, p.phased, p.symbol_path().0), (8, false, "shared"));
     }
 
     #[test]

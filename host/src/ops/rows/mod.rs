@@ -63,6 +63,10 @@ pub(crate) struct RowCall<'a, A: RowArgs> {
     /// (address, element bytes) of every array read or written in packs along the row; the
     /// pack is the widest only if all are aligned to it (or to 16 bytes, for wider types).
     pub arrays: Vec<(u64, usize)>,
+    /// Whether every array of `arrays` is read or written at the row being worked on (no
+    /// per-column or broadcast arrays): then, where all share one offset from a 16-byte
+    /// boundary, the block paths run any row in aligned packs from its head.
+    pub phased: bool,
     pub args: A,
     /// Bytes per column the shared path caches: for each cached array, the dtype its load
     /// holds exactly (the array's own for a plain load, 4 where a fused load computes f32s).
@@ -86,6 +90,9 @@ impl<A: RowArgs> RowCall<'_, A> {
         let aligned = self.cols.is_multiple_of(widest)
             && self.arrays.iter().all(|&(address, bytes)| address % (widest * bytes).min(PACK_BYTES) as u64 == 0);
         let pack = if aligned { widest } else { 1 };
+        let phase = if self.phased { shared_phase(&self.arrays, widest) } else { None };
+        let block_pack = if aligned || phase.is_some() { widest } else { 1 };
+        let phased = block_pack > pack;
         let gpu = self.stream.gpu();
         let capacity = gpu.info().max_shared_bytes_per_multiprocessor;
         gpu.bind()?;
@@ -104,7 +111,8 @@ impl<A: RowArgs> RowCall<'_, A> {
         let first_carveout =
             if self.columns_before_blocks { shared_carveout(0, self.column_bytes, capacity) } else { 100 };
         let shared = |block: u32, bytes: u32| {
-            let shared = kernel_for(&Plan { path: Path::Shared { block, shared_bytes: bytes }, pack, grid: 1 })?;
+            let path = Path::Shared { block, shared_bytes: bytes };
+            let shared = kernel_for(&Plan { path, pack: block_pack, phased, grid: 1 })?;
             shared.allow_dynamic_shared(bytes.max(STATIC_SHARED_BYTES))?;
             shared.prefer_shared_carveout(first_carveout)?;
             shared.blocks_per_multiprocessor(block, bytes)
@@ -112,20 +120,22 @@ impl<A: RowArgs> RowCall<'_, A> {
         // Asked only on GPUs with clusters, when a row does not fit one block.
         let cluster = |cluster: u32, block: u32, bytes: u32| {
             let path = Path::Cluster { cluster, block, shared_bytes: bytes };
-            let kernel = kernel_for(&Plan { path, pack, grid: cluster })?;
+            let kernel = kernel_for(&Plan { path, pack: block_pack, phased, grid: cluster })?;
             if block > kernel.max_threads_per_block {
                 return Ok(0);
             }
             kernel.allow_dynamic_shared(bytes.max(CLUSTER_STATIC_SHARED_BYTES))?;
             active_clusters(kernel, LaunchConfig { grid: cluster, block, shared_bytes: bytes, cluster })
         };
-        let block_kernel = |path| kernel_for(&Plan { path, pack, grid: 1 }).map(|k| k.max_threads_per_block);
+        let block_kernel =
+            |path| kernel_for(&Plan { path, pack: block_pack, phased, grid: 1 }).map(|k| k.max_threads_per_block);
         let block_limit =
             block_kernel(Path::Uncached { block: 0 })?.min(block_kernel(Path::Shared { block: 0, shared_bytes: 0 })?);
         let problem = Problem {
             rows: self.rows,
             cols: self.cols,
             pack,
+            block_pack,
             cache_bytes_per_col: self.cache_bytes_per_col,
             block_limit,
             warp_max_cols: self.warp_max_cols,
@@ -148,6 +158,7 @@ impl<A: RowArgs> RowCall<'_, A> {
         let shape = self.args.shape_mut();
         shape.rows = self.rows as u64;
         shape.cols = self.cols as u64;
+        shape.phase = if plan.phased { phase.unwrap_or(0) } else { 0 };
         if let Path::Warp { width, .. } = plan.path {
             shape.width = width;
         }
@@ -163,6 +174,18 @@ impl<A: RowArgs> RowCall<'_, A> {
         unsafe { launch(self.stream, kernel, config, &self.args)? };
         Ok(plan)
     }
+}
+
+/// The elements by which every array of `arrays` starts past a 16-byte boundary, where
+/// they all share it and packs of `widest` (more than one element) are 16 bytes.
+fn shared_phase(arrays: &[(u64, usize)], widest: usize) -> Option<u32> {
+    let &(first, bytes) = arrays.first()?;
+    let phase = first % PACK_BYTES as u64;
+    let shared = widest > 1
+        && widest * bytes == PACK_BYTES
+        && phase.is_multiple_of(bytes as u64)
+        && arrays.iter().all(|&(address, b)| b == bytes && address % PACK_BYTES as u64 == phase);
+    shared.then_some((phase / bytes as u64) as u32)
 }
 
 /// Shared memory the driver reserves for itself in every block (sm_80 and later).
@@ -184,6 +207,7 @@ fn shared_carveout(needed: u32, column_bytes: u32, capacity: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rill_kernels_gpu::abi::RowShape;
 
     #[test]
     fn carveout_leaves_room_for_column_data_but_not_at_the_blocks_cost() {
@@ -196,6 +220,45 @@ mod tests {
         let three_rows = 3 * (65536 + STATIC_SHARED_BYTES + RESERVED_SHARED_BYTES);
         assert_eq!(shared_carveout(three_rows, 128 * 1024, capacity), 100);
         assert_eq!(shared_carveout(4 * 1024, 8 * 1024, capacity), 96);
+    }
+
+    #[test]
+    fn aligned_packs_and_edges_cover_every_row_once() {
+        for pack in [1u64, 4, 8] {
+            for phase in 0..pack as u32 {
+                for cols in [1u64, 2, 3, 7, 8, 9, 15, 16, 17, 33, 1000, 4097, 50257] {
+                    let shape = RowShape { rows: 0, cols, width: 0, phase };
+                    assert!(shape.edges(pack) <= 2 * pack - 2, "{shape:?} pack {pack}");
+                    if phase == 0 && cols.is_multiple_of(pack) {
+                        assert_eq!(shape.edges(pack), 0);
+                    }
+                    for row in 0..3 * pack {
+                        let head = shape.head(row, pack);
+                        let mut seen = vec![0; cols as usize];
+                        for k in 0..shape.aligned_packs(pack) {
+                            let col = head + k * pack;
+                            assert!((phase as u64 + row * cols + col).is_multiple_of(pack));
+                            (col..col + pack).for_each(|c| seen[c as usize] += 1);
+                        }
+                        for edge in 0..shape.edges(pack) {
+                            seen[shape.edge_col(row, pack, edge) as usize] += 1;
+                        }
+                        assert!(seen.iter().all(|&n| n == 1), "{shape:?} pack {pack} row {row}: {seen:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn arrays_share_a_phase_only_at_one_offset_from_16_bytes() {
+        assert_eq!(shared_phase(&[(0x1000, 2), (0x2000, 2)], 8), Some(0));
+        assert_eq!(shared_phase(&[(0x1006, 2), (0x2006, 2), (0x3016, 2)], 8), Some(3));
+        assert_eq!(shared_phase(&[(0x100c, 4), (0x201c, 4)], 4), Some(3));
+        assert_eq!(shared_phase(&[(0x1002, 2), (0x2004, 2)], 8), None);
+        assert_eq!(shared_phase(&[(0x1001, 2)], 8), None);
+        assert_eq!(shared_phase(&[(0x1000, 2)], 1), None);
+        assert_eq!(shared_phase(&[], 8), None);
     }
 
     #[test]
