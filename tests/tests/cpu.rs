@@ -114,7 +114,8 @@ fn kernels_of(module: PtxModule) -> Vec<(String, String)> {
 #[test]
 fn softmax_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
     let kernels = kernels_of(PtxModule::Softmax);
-    assert_eq!(kernels.len(), 6 * 6 * 3 * 2, "kinds x paths x dtypes x packs");
+    // Kinds x (paths x dtypes x packs + phased block paths x dtypes at the widest pack).
+    assert_eq!(kernels.len(), 6 * (6 * 3 * 2 + 2 * 3), "softmax kernels");
     for (name, body) in &kernels {
         assert!(!body.contains(".local"), "{name}: uses local memory");
         assert!(!body.contains("call"), "{name}: calls a function (a panic path?)");
@@ -130,6 +131,18 @@ fn softmax_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
         }
         let block_path = name.contains("_shared_") || name.contains("_uncached_");
         assert_eq!(body.contains("bar.sync"), block_path, "{name}: barriers only on the block paths");
+        check_edges(name, body);
+    }
+}
+
+/// Phased kernels (rows from their heads) read each row's unaligned edge elements one at
+/// a time; the aligned kernels at the widest pack have no such loads.
+fn check_edges(name: &str, body: &str) {
+    let single = body.contains("ld.global.nc.u16") || body.contains("ld.global.nc.u32");
+    if name.contains("_phased_") {
+        assert!(single, "{name}: no single-element edge load");
+    } else if !name.ends_with("_p1") && name.contains("_forward_") {
+        assert!(!single, "{name}: single-element loads in an aligned kernel");
     }
 }
 
@@ -159,8 +172,8 @@ fn cluster_kernels_reduce_through_distributed_shared_memory() {
     let ptx = PtxModule::Cluster.ptx();
     assert!(ptx.contains(".target sm_90"), "the cluster module must target sm_90");
     let kernels = kernels_of(PtxModule::Cluster);
-    // Softmax: 6 kinds x 3 dtypes x 2 packs; norms: (7 + 7 + 5) dtype triples x 2 packs.
-    assert_eq!(kernels.len(), 6 * 3 * 2 + (7 + 7 + 5) * 2, "cluster kernels");
+    // Softmax: 6 kinds x 3 dtypes x (2 packs + phased); norms: (7 + 7 + 5) dtype triples x 2 packs.
+    assert_eq!(kernels.len(), 6 * 3 * 3 + (7 + 7 + 5) * 2, "cluster kernels");
     for (name, body) in &kernels {
         assert!(name.contains("_cluster_"), "{name}: only cluster-path kernels belong here");
         assert!(!body.contains(".local"), "{name}: uses local memory");
@@ -176,6 +189,7 @@ fn cluster_kernels_reduce_through_distributed_shared_memory() {
         let widest_pack = !name.ends_with("_p1");
         let plain = !name.contains("_scale_mask_") && !name.contains("_add_forward_");
         check_row_loads(name, body, widest_pack, plain);
+        check_edges(name, body);
     }
 }
 
