@@ -230,7 +230,7 @@ unsafe fn shared_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize>(
             norm.mean(split.all_reduce::<Sum>(sum))
         };
         let stats = norm.stats(mean, split.all_reduce::<Sum>(squares(mean)));
-        if thread_idx_x() == 0 && slice.leads() {
+        if thread_idx_x() == 0 && split.leads() {
             norm.write(row, stats);
         }
         let output = |local, col, params| {

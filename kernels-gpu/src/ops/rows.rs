@@ -309,13 +309,6 @@ impl Slice {
         self.head + (self.first + local) * P as u64
     }
 
-    /// Whether this is the row's first slice: its block writes the per-row outputs.
-    #[cfg(feature = "norm")]
-    #[inline(always)]
-    pub(crate) fn leads(&self) -> bool {
-        self.first == 0
-    }
-
     /// Share `rank` of `ranks` of a row of `shape`: consecutive packs, the last share shorter
     /// (or empty).
     #[cfg(feature = "cluster")]
@@ -356,9 +349,9 @@ pub(crate) trait RowSplit {
     /// The aligned packs of a row this block handles.
     fn slice<const P: usize>(&self, shape: &RowShape) -> Slice;
 
-    /// Whether this block takes the row's single elements outside its aligned packs.
-    #[cfg(feature = "softmax")]
-    fn takes_edges(&self) -> bool;
+    /// Whether this is the row's first block: it writes the per-row outputs and takes the
+    /// row's single elements outside its aligned packs.
+    fn leads(&self) -> bool;
 
     /// The column of the one element outside `PHASED` row `at`'s aligned packs of `P` that
     /// this thread takes, if any ([`RowShape::edges`]: at most 14, so one thread each of
@@ -367,7 +360,7 @@ pub(crate) trait RowSplit {
     #[inline(always)]
     fn edge<const P: usize, const PHASED: bool>(&self, shape: &RowShape, at: BlockRow) -> Option<u64> {
         let edge = thread_idx_x() as u64;
-        let taken = PHASED && self.takes_edges() && edge < shape.edges(P as u64);
+        let taken = PHASED && self.leads() && edge < shape.edges(P as u64);
         taken.then(|| shape.edge_col(at.row, P as u64, edge))
     }
 
@@ -395,9 +388,8 @@ impl RowSplit for BlockSplit {
         Slice::whole::<P>(shape)
     }
 
-    #[cfg(feature = "softmax")]
     #[inline(always)]
-    fn takes_edges(&self) -> bool {
+    fn leads(&self) -> bool {
         true
     }
 
@@ -449,9 +441,8 @@ impl RowSplit for ClusterSplit {
         Slice::share::<P>(shape, cluster_rank(), cluster_blocks())
     }
 
-    #[cfg(feature = "softmax")]
     #[inline(always)]
-    fn takes_edges(&self) -> bool {
+    fn leads(&self) -> bool {
         cluster_rank() == 0
     }
 

@@ -560,10 +560,7 @@ impl<T: Scalar, const N: usize> Store<N> for CrossEntropyGradStore<T> {
 /// aligned to `P` elements or `PATH` a block path (which runs each row from its head), and
 /// a launch with the geometry the host's dispatch planned for `PATH`.
 #[inline(always)]
-unsafe fn direct<T: Scalar, const P: usize, const PATH: usize>(
-    address: u64,
-    shape: &RowShape,
-) -> (DirectLoad<T>, DirectStore<T>) {
+unsafe fn direct<T: Scalar, const PATH: usize>(address: u64, shape: &RowShape) -> (DirectLoad<T>, DirectStore<T>) {
     let first = if runs_phased(PATH) { shape.phase as u64 } else { 0 };
     // SAFETY: forwarded (the host passes a phase only to kernels that run phased rows).
     let view = unsafe { RowMajor::<T>::past_boundary(address, shape.cols, first) };
@@ -574,8 +571,8 @@ unsafe fn direct<T: Scalar, const P: usize, const PATH: usize>(
 pub unsafe fn forward<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
     // SAFETY: see `direct`.
     unsafe {
-        let (load, _) = direct::<T, P, PATH>(args.input, &args.shape);
-        let (_, store) = direct::<T, P, PATH>(args.output, &args.shape);
+        let (load, _) = direct::<T, PATH>(args.input, &args.shape);
+        let (_, store) = direct::<T, PATH>(args.output, &args.shape);
         forward_path::<_, _, P, PATH>(&load, &store, args);
     }
 }
@@ -584,9 +581,9 @@ pub unsafe fn forward<T: Scalar, const P: usize, const PATH: usize>(args: &Softm
 pub unsafe fn backward<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
     // SAFETY: see `direct`.
     unsafe {
-        let (load_y, _) = direct::<T, P, PATH>(args.input, &args.shape);
-        let (load_dy, _) = direct::<T, P, PATH>(args.second, &args.shape);
-        let (_, store) = direct::<T, P, PATH>(args.output, &args.shape);
+        let (load_y, _) = direct::<T, PATH>(args.input, &args.shape);
+        let (load_dy, _) = direct::<T, PATH>(args.second, &args.shape);
+        let (_, store) = direct::<T, PATH>(args.output, &args.shape);
         backward_path::<_, _, _, P, PATH>(&load_y, &load_dy, &store, args);
     }
 }
@@ -602,12 +599,12 @@ pub unsafe fn scale_mask<T: Scalar, const P: usize, const PATH: usize>(args: &So
     // SAFETY: see `direct`; the mask has `period` rows.
     unsafe {
         let load = ScaleMaskLoad {
-            x: direct::<T, P, PATH>(args.input, &args.shape).0,
-            mask: direct::<T, P, PATH>(args.second, &args.shape).0,
+            x: direct::<T, PATH>(args.input, &args.shape).0,
+            mask: direct::<T, PATH>(args.second, &args.shape).0,
             period: period(args),
             scale: args.scale,
         };
-        let (_, store) = direct::<T, P, PATH>(args.output, &args.shape);
+        let (_, store) = direct::<T, PATH>(args.output, &args.shape);
         forward_path::<_, _, P, PATH>(&load, &store, args);
     }
 }
@@ -617,8 +614,8 @@ pub unsafe fn causal<T: Scalar, const P: usize, const PATH: usize>(args: &Softma
     // SAFETY: see `direct`.
     unsafe {
         let load =
-            CausalLoad { x: direct::<T, P, PATH>(args.input, &args.shape).0, period: period(args), scale: args.scale };
-        let (_, store) = direct::<T, P, PATH>(args.output, &args.shape);
+            CausalLoad { x: direct::<T, PATH>(args.input, &args.shape).0, period: period(args), scale: args.scale };
+        let (_, store) = direct::<T, PATH>(args.output, &args.shape);
         forward_path::<_, _, P, PATH>(&load, &store, args);
     }
 }
@@ -627,7 +624,7 @@ pub unsafe fn causal<T: Scalar, const P: usize, const PATH: usize>(args: &Softma
 pub unsafe fn cross_entropy<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
     // SAFETY: see `direct`; target and loss have `rows` elements. `args.log` is 1.
     unsafe {
-        let (load, _) = direct::<T, P, PATH>(args.input, &args.shape);
+        let (load, _) = direct::<T, PATH>(args.input, &args.shape);
         let store =
             LossStore { target: args.target as *const i64, loss: args.row_values as *mut f32, cols: args.shape.cols };
         forward_path::<_, _, P, PATH>(&load, &store, args);
@@ -638,9 +635,9 @@ pub unsafe fn cross_entropy<T: Scalar, const P: usize, const PATH: usize>(args: 
 pub unsafe fn cross_entropy_backward<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
     // SAFETY: see `direct`; target and dloss have `rows` elements. `args.log` is 0.
     unsafe {
-        let (load, _) = direct::<T, P, PATH>(args.input, &args.shape);
+        let (load, _) = direct::<T, PATH>(args.input, &args.shape);
         let store = CrossEntropyGradStore {
-            out: direct::<T, P, PATH>(args.output, &args.shape).1,
+            out: direct::<T, PATH>(args.output, &args.shape).1,
             target: args.target as *const i64,
             dloss: args.row_values as *const f32,
             cols: args.shape.cols,
