@@ -15,8 +15,13 @@ use std::process::Command;
 pub const MODULES: &[&str] = &["elementwise", "softmax", "norm", "norm_ladder", "cluster"];
 
 /// Modules whose instructions need a newer GPU than the default, with the oldest arch they
-/// build for: the cluster module's cluster barriers and distributed shared memory (sm_90).
-const MODULE_MIN_ARCH: &[(&str, u32)] = &[("cluster", 90)];
+/// build for and the PTX ISA they need: the cluster module's cluster barriers and
+/// distributed shared memory (sm_90), its `st.async` (PTX ISA 8.1, CUDA 12.1).
+const MODULE_NEEDS: &[(&str, u32, &str)] = &[("cluster", 90, "ptx81")];
+
+/// PTX ISA of the other modules: 7.8 (CUDA 11.8), for the L1 eviction hints of the
+/// streaming loads.
+const DEFAULT_PTX_ISA: &str = "ptx78";
 
 /// The GPU architecture the PTX targets; the driver JIT-compiles it for newer GPUs.
 pub const DEFAULT_ARCH: &str = "sm_80";
@@ -115,6 +120,7 @@ impl PtxBuild {
     fn build_module(&self, module: &str) -> Result<PathBuf, BuildError> {
         let target_dir = self.target_dir.join(module);
         let arch = module_arch(&self.arch, module);
+        let isa = MODULE_NEEDS.iter().find(|(name, _, _)| *name == module).map_or(DEFAULT_PTX_ISA, |&(_, _, isa)| isa);
         let mut cargo = clean_command("cargo");
         cargo
             .current_dir(&self.crate_dir)
@@ -123,11 +129,10 @@ impl PtxBuild {
             .arg(&target_dir)
             .args(["--config", "profile.release.panic=\"abort\""])
             // Kernels are built from small generic pieces and closures that must all inline
-            // (an outlined piece turns register arrays into local memory). PTX ISA 7.8 (CUDA
-            // 11.8) for the L1 eviction hints of the streaming loads.
+            // (an outlined piece turns register arrays into local memory).
             .env(
                 "CARGO_ENCODED_RUSTFLAGS",
-                format!("-Ctarget-cpu={arch}\x1f-Ctarget-feature=+ptx78\x1f-Cllvm-args=-inline-threshold=5000"),
+                format!("-Ctarget-cpu={arch}\x1f-Ctarget-feature=+{isa}\x1f-Cllvm-args=-inline-threshold=5000"),
             );
         let status = cargo.status().map_err(|error| BuildError::Spawn { program: "cargo", error })?;
         if !status.success() {
@@ -157,7 +162,7 @@ fn clean_command(program: &str) -> Command {
 
 /// The arch `module` builds for: `arch`, or the module's minimum where that is newer.
 fn module_arch(arch: &str, module: &str) -> String {
-    let minimum = MODULE_MIN_ARCH.iter().find(|(name, _)| *name == module).map(|&(_, min)| min);
+    let minimum = MODULE_NEEDS.iter().find(|(name, _, _)| *name == module).map(|&(_, min, _)| min);
     match (minimum, arch_number(arch)) {
         (Some(min), Some(number)) if number < min => format!("sm_{min}"),
         _ => arch.to_string(),

@@ -111,7 +111,13 @@ impl Kernel {
 pub(crate) struct Modules {
     loaded: Mutex<HashMap<PtxModule, Module>>,
     kernels: Mutex<HashMap<&'static str, Kernel>>,
+    /// Resident clusters by kernel, cluster size, block size and shared bytes: the planner
+    /// weighs every cluster size on each call, and the driver's answer never changes.
+    resident_clusters: Mutex<HashMap<ClusterShape, u32>>,
 }
+
+/// A kernel's symbol, cluster size, block size and dynamic shared bytes.
+type ClusterShape = (&'static str, u32, u32, u32);
 
 impl Modules {
     /// The kernel `symbol` of `module`, loading the module on first use. The caller has made
@@ -132,5 +138,24 @@ impl Modules {
         let kernel = Kernel::new(function.to_raw(), symbol)?;
         kernels.insert(symbol, kernel);
         Ok(kernel)
+    }
+
+    /// Clusters of `cluster` blocks of `block` threads and `shared_bytes` each that `kernel`
+    /// keeps resident: `ask`'s answer, asked once per shape.
+    pub(crate) fn resident_clusters(
+        &self,
+        kernel: Kernel,
+        (cluster, block, shared_bytes): (u32, u32, u32),
+        ask: impl FnOnce() -> Result<u32>,
+    ) -> Result<u32> {
+        let key = (kernel.symbol, cluster, block, shared_bytes);
+        if let Some(&resident) =
+            self.resident_clusters.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(&key)
+        {
+            return Ok(resident);
+        }
+        let resident = ask()?;
+        self.resident_clusters.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(key, resident);
+        Ok(resident)
     }
 }

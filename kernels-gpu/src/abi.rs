@@ -154,6 +154,13 @@ pub const fn runs_phased(path: usize) -> bool {
 /// answers 0 on GPUs that cannot, so the planner never picks it there.
 pub const ROW_CLUSTER_SIZES: [u32; 4] = [2, 4, 8, 16];
 
+/// The most blocks a cluster kernel may be launched with.
+pub const MAX_CLUSTER_BLOCKS: u32 = ROW_CLUSTER_SIZES[ROW_CLUSTER_SIZES.len() - 1];
+
+/// Static shared memory a cluster kernel exchanges reduction partials through: two
+/// alternating sets of an 8-byte slot per block of the cluster, and an 8-byte mbarrier per set.
+pub const CLUSTER_EXCHANGE_BYTES: u32 = 2 * (MAX_CLUSTER_BLOCKS * 8 + 8);
+
 /// The `(rows, cols)` view a row-wise kernel works on, and its warp path's group width.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

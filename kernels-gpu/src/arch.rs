@@ -127,6 +127,9 @@ pub fn f32_to_bf16_bits(x: f32) -> u16 {
 mod device {
     use core::arch::{asm, global_asm, nvptx};
 
+    #[cfg(feature = "cluster")]
+    use crate::abi::CLUSTER_EXCHANGE_BYTES;
+
     /// Threads in a warp.
     pub const WARP_SIZE: u32 = 32;
     /// Member mask of a full warp.
@@ -371,16 +374,16 @@ mod device {
     }
 
     #[cfg(feature = "cluster")]
-    global_asm!(".shared .align 16 .b8 rill_cluster_slots[16];");
+    global_asm!(".shared .align 16 .b8 rill_cluster_exchange[{bytes}];", bytes = const CLUSTER_EXCHANGE_BYTES);
 
-    /// Two alternating 8-byte slots of static shared memory, where a block leaves its part
-    /// of a cluster-wide reduction (up to two words) for the other blocks to read.
+    /// Static shared memory where the blocks of a cluster exchange a reduction's partials
+    /// (see [`CLUSTER_EXCHANGE_BYTES`]).
     #[cfg(feature = "cluster")]
     #[inline(always)]
-    pub fn cluster_slots() -> SharedAddr {
+    pub fn cluster_exchange() -> SharedAddr {
         let a: u32;
         // SAFETY: takes the shared-window address of the static array declared above.
-        unsafe { asm!("mov.u32 {a}, rill_cluster_slots;", a = out(reg32) a, options(pure, nomem, nostack)) };
+        unsafe { asm!("mov.u32 {a}, rill_cluster_exchange;", a = out(reg32) a, options(pure, nomem, nostack)) };
         SharedAddr(a)
     }
 
@@ -432,22 +435,81 @@ mod device {
         unsafe { asm!("barrier.cluster.arrive.aligned;", "barrier.cluster.wait.aligned;", options(nostack)) };
     }
 
-    /// The word at `addr` in the shared memory of block `rank` of this cluster
-    /// (distributed shared memory: `mapa`, then `ld.shared::cluster`).
+    /// Makes the mbarrier at `bar` (8 bytes, 8-aligned) expect one arrival per phase.
     ///
     /// # Safety
-    /// `rank` must be a block of this cluster, still running, and `addr` a 4-byte-aligned
-    /// address of shared memory that block has written and synchronized (cluster barrier).
+    /// `bar` must be 8-byte-aligned shared memory of this block that nothing uses as an
+    /// mbarrier yet; one thread initializes it, and [`fence_barrier_init`] and a cluster
+    /// barrier must follow before any other thread or block uses it.
     #[cfg(feature = "cluster")]
     #[inline(always)]
-    pub unsafe fn load_shared_remote(addr: SharedAddr, rank: u32) -> u32 {
-        let w: u32;
+    pub unsafe fn init_barrier(bar: SharedAddr) {
+        // SAFETY: forwarded to the caller.
+        unsafe { asm!("mbarrier.init.shared::cta.b64 [{b}], 1;", b = in(reg32) bar.0, options(nostack)) };
+    }
+
+    /// Makes this thread's mbarrier initializations visible to the cluster's other blocks
+    /// (`fence.mbarrier_init`, which the cluster barrier after it completes).
+    #[cfg(feature = "cluster")]
+    #[inline(always)]
+    pub fn fence_barrier_init() {
+        // SAFETY: a fence; it orders this thread's own initializations only.
+        unsafe { asm!("fence.mbarrier_init.release.cluster;", options(nostack)) };
+    }
+
+    /// Arrives once on the mbarrier at `bar`, announcing `bytes` the current phase awaits
+    /// from [`store_remote_async`]s (`mbarrier.arrive.expect_tx`): the phase completes when
+    /// both have happened.
+    ///
+    /// # Safety
+    /// `bar` must be an mbarrier of this block initialized by [`init_barrier`]; one arrival
+    /// per phase.
+    #[cfg(feature = "cluster")]
+    #[inline(always)]
+    pub unsafe fn expect_bytes(bar: SharedAddr, bytes: u32) {
         // SAFETY: forwarded to the caller.
         unsafe {
-            asm!("{{ .reg .u32 m; mapa.shared::cluster.u32 m, {a}, {r}; ld.shared::cluster.u32 {w}, [m]; }}",
-                w = out(reg32) w, a = in(reg32) addr.0, r = in(reg32) rank, options(readonly, nostack));
+            asm!("{{ .reg .b64 s; mbarrier.arrive.expect_tx.shared::cta.b64 s, [{b}], {n}; }}",
+                b = in(reg32) bar.0, n = in(reg32) bytes, options(nostack));
         }
-        w
+    }
+
+    /// Waits until the phase of parity `parity` of the mbarrier at `bar` completes
+    /// (`mbarrier.try_wait.parity`, which acquires what the transfers it counted wrote, and
+    /// may suspend the thread a while before answering no).
+    ///
+    /// # Safety
+    /// `bar` must be an mbarrier of this block initialized by [`init_barrier`], and the
+    /// phase must be the current one or the one just completed.
+    #[cfg(feature = "cluster")]
+    #[inline(always)]
+    #[allow(named_asm_labels, reason = "a PTX label is local to its braces' scope, so copies do not clash")]
+    pub unsafe fn wait_barrier(bar: SharedAddr, parity: u32) {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            asm!("{{ .reg .pred p; rill_wait: mbarrier.try_wait.parity.shared::cta.b64 p, [{b}], {q}; @!p bra rill_wait; }}",
+                b = in(reg32) bar.0, q = in(reg32) parity, options(nostack));
+        }
+    }
+
+    /// Writes `words` to `addr` in the shared memory of block `rank` of this cluster and
+    /// counts their 8 bytes on that block's mbarrier at `bar` (`st.async` with
+    /// `complete_tx`): no cluster barrier, the reader waits on its own mbarrier.
+    ///
+    /// # Safety
+    /// `rank` must be a block of this cluster, still running; `addr` (8-byte-aligned) and
+    /// `bar` (an initialized mbarrier awaiting these bytes) the same offsets as in this
+    /// block's shared memory; nothing else writes or reads `addr` until the phase completes.
+    #[cfg(feature = "cluster")]
+    #[inline(always)]
+    pub unsafe fn store_remote_async(addr: SharedAddr, bar: SharedAddr, rank: u32, words: [u32; 2]) {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            asm!(concat!("{{ .reg .u32 a, b; mapa.shared::cluster.u32 a, {a}, {r}; mapa.shared::cluster.u32 b, {b}, {r}; ",
+                    "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [a], {{{w0}, {w1}}}, [b]; }}"),
+                a = in(reg32) addr.0, b = in(reg32) bar.0, r = in(reg32) rank,
+                w0 = in(reg32) words[0], w1 = in(reg32) words[1], options(nostack));
+        }
     }
 
     /// Start of the block's dynamic shared memory (sized by the launch), as a generic pointer.

@@ -8,6 +8,8 @@
 //! - cluster (sm_90): a cluster of blocks owns a row, each caching a slice of it;
 //! - uncached: a block owns a row and re-reads it from global memory (any width).
 
+#[cfg(feature = "cluster")]
+use crate::abi::MAX_CLUSTER_BLOCKS;
 use crate::abi::{PACK_BYTES, RowShape, rows_per_access};
 use crate::arch::{
     SharedAddr, WARP_SIZE, block_dim_x, block_idx_x, copy_async, grid_dim_x, load_global_nc, load_shared, store_shared,
@@ -15,7 +17,8 @@ use crate::arch::{
 };
 #[cfg(feature = "cluster")]
 use crate::arch::{
-    cluster_blocks, cluster_id, cluster_rank, cluster_slots, cluster_sync, clusters, load_shared_remote,
+    cluster_blocks, cluster_exchange, cluster_id, cluster_rank, cluster_sync, clusters, expect_bytes,
+    fence_barrier_init, init_barrier, store_remote_async, wait_barrier,
 };
 use crate::pack::{Load, Pack, Store};
 #[cfg(feature = "cluster")]
@@ -401,28 +404,57 @@ impl RowSplit for BlockSplit {
 }
 
 /// A cluster of blocks per row (rows `clusterid, clusterid + clusters, ...`), block `rank`
-/// caching share `rank` of it; reductions combine the blocks' partials through distributed
-/// shared memory, in rank order (deterministic).
+/// caching share `rank` of it. A reduction sends each block's partial to every block of the
+/// cluster (`st.async` into distributed shared memory, counted on the receiver's
+/// mbarrier), and each warp combines them by a butterfly over its lanes, one partial a lane
+/// (deterministic, the same in every block). No cluster barrier: measured on the H100, its release fence (`MEMBAR.ALL.GPU`,
+/// waiting on the row's output stores) and the partials' remote loads made each row's
+/// reduction long.
 #[cfg(feature = "cluster")]
 pub(crate) struct ClusterSplit {
-    /// Which of the two slots the next reduction uses: consecutive reductions alternate, so
-    /// a block writes a slot again only after a barrier that every block passes once done
-    /// reading it.
-    parity: core::cell::Cell<u32>,
+    /// Reductions done so far. Consecutive reductions alternate between two sets of slots
+    /// and mbarriers (bit 0), so a block's partial for one never lands in a slot still being
+    /// read for the one before: a block sends its next partial only after reading those
+    /// slots, and its peers need that partial before they can send theirs. Bit 1 is the
+    /// parity of the set's mbarrier phase.
+    reductions: core::cell::Cell<u32>,
 }
 
 #[cfg(feature = "cluster")]
 impl ClusterSplit {
     /// Runs `body` split over the launch's clusters, then waits for every block of the
-    /// cluster, so none exits while another may still read its shared memory.
+    /// cluster, so none exits while another may still write to its shared memory.
     ///
     /// # Safety
-    /// The launch must have clusters along x, and every thread must run this.
+    /// The launch must have clusters along x of at most [`MAX_CLUSTER_BLOCKS`] blocks, and
+    /// every thread must run this.
     #[inline(always)]
     pub(crate) unsafe fn run(body: impl FnOnce(&ClusterSplit)) {
-        body(&ClusterSplit { parity: core::cell::Cell::new(0) });
-        // SAFETY: every thread of every block of the cluster gets here once.
-        unsafe { cluster_sync() };
+        // SAFETY: one thread initializes this block's two mbarriers, fenced; the cluster
+        // barrier after it keeps every block from sending partials before its receivers'
+        // mbarriers exist. Every thread of every block of the cluster gets to both barriers.
+        unsafe {
+            if thread_idx_x() == 0 {
+                init_barrier(Self::barrier(0));
+                init_barrier(Self::barrier(1));
+                fence_barrier_init();
+            }
+            cluster_sync();
+            body(&ClusterSplit { reductions: core::cell::Cell::new(0) });
+            cluster_sync();
+        }
+    }
+
+    /// Set `set`'s slot for the partial of block `rank`.
+    #[inline(always)]
+    fn slot(set: u32, rank: u32) -> SharedAddr {
+        cluster_exchange().offset(8 * (set * MAX_CLUSTER_BLOCKS + rank))
+    }
+
+    /// Set `set`'s mbarrier, after both sets' slots.
+    #[inline(always)]
+    fn barrier(set: u32) -> SharedAddr {
+        cluster_exchange().offset(8 * (2 * MAX_CLUSTER_BLOCKS + set))
     }
 }
 
@@ -448,29 +480,36 @@ impl RowSplit for ClusterSplit {
 
     #[inline(always)]
     unsafe fn all_reduce<R: Reduce>(&self, value: R::Value) -> R::Value {
-        let slot = cluster_slots().offset((4 * MAX_WORDS) as u32 * self.parity.get());
-        self.parity.set(self.parity.get() ^ 1);
-        // SAFETY: every thread of the cluster's blocks calls this (the caller's promise):
-        // each block's partial is written before the cluster barrier that releases it, and
-        // read after it; the slot is rewritten only two reductions later (see `parity`).
+        let done = self.reductions.get();
+        self.reductions.set(done + 1);
+        let (set, parity) = (done & 1, (done >> 1) & 1);
+        let barrier = Self::barrier(set);
+        let ranks = cluster_blocks();
+        // SAFETY: every thread of the cluster's blocks calls this (the caller's promise).
+        // Warp 0 announces the bytes this block awaits and sends its partial to this rank's
+        // slot in each block (a lane per block: ranks <= 32); every thread waits for all
+        // partials before reading them. Slots and phases are not reused too early (see
+        // `reductions`).
         unsafe {
             let partial = block_all_reduce::<R>(value);
-            if thread_idx_x() == 0 {
-                let [a, b] = partial.to_words();
-                store_shared(slot, 4 * MAX_WORDS, [a, b, 0, 0]);
+            let thread = thread_idx_x();
+            if thread < WARP_SIZE {
+                if thread == 0 {
+                    expect_bytes(barrier, 8 * ranks);
+                }
+                if thread < ranks {
+                    store_remote_async(Self::slot(set, cluster_rank()), barrier, thread, partial.to_words());
+                }
             }
-            cluster_sync();
-            let mut total = R::IDENTITY;
-            for rank in 0..cluster_blocks() {
-                let mut words = [0; MAX_WORDS];
-                unroll::<MAX_WORDS>(|k| {
-                    if k < <R::Value as Words>::COUNT {
-                        words[k] = load_shared_remote(slot.offset(4 * k as u32), rank);
-                    }
-                });
-                total = R::combine(total, R::Value::from_words(words));
-            }
-            total
+            wait_barrier(barrier, parity);
+            let lane = thread % WARP_SIZE;
+            let mine = if lane < ranks {
+                let [a, b, _, _] = load_shared(Self::slot(set, lane), 4 * MAX_WORDS);
+                R::Value::from_words([a, b])
+            } else {
+                R::IDENTITY
+            };
+            group_all_reduce::<R>(mine, WARP_SIZE)
         }
     }
 }

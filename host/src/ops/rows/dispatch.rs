@@ -11,8 +11,8 @@ use crate::DeviceInfo;
 use crate::launch::WAVES;
 use crate::launch::grid_stride_blocks;
 use rill_kernels_gpu::abi::{
-    ROW_CLUSTER_SIZES, ROW_PATH_CLUSTER, ROW_PATH_CLUSTER_PHASED, ROW_PATH_SHARED, ROW_PATH_SHARED_PHASED,
-    ROW_PATH_UNCACHED, ROW_PATH_UNCACHED_PHASED, ROW_WARP_BLOCK_SIZE, rows_per_access,
+    CLUSTER_EXCHANGE_BYTES, ROW_CLUSTER_SIZES, ROW_PATH_CLUSTER, ROW_PATH_CLUSTER_PHASED, ROW_PATH_SHARED,
+    ROW_PATH_SHARED_PHASED, ROW_PATH_UNCACHED, ROW_PATH_UNCACHED_PHASED, ROW_WARP_BLOCK_SIZE, rows_per_access,
 };
 
 /// Elements per lane the warp kernels are compiled for.
@@ -30,9 +30,9 @@ pub const BLOCK_SIZES: [u32; 4] = [128, 256, 512, 1024];
 /// for each of 32 warps), which the dynamic shared memory must leave room for.
 pub const STATIC_SHARED_BYTES: u32 = 256;
 
-/// Static shared memory of the cluster kernels: the block-reduction scratch and the two
-/// 8-byte slots of the cluster reductions.
-pub const CLUSTER_STATIC_SHARED_BYTES: u32 = STATIC_SHARED_BYTES + 16;
+/// Static shared memory of the cluster kernels: the block-reduction scratch and where the
+/// blocks exchange their reductions' partials.
+pub const CLUSTER_STATIC_SHARED_BYTES: u32 = STATIC_SHARED_BYTES + CLUSTER_EXCHANGE_BYTES;
 
 /// An implementation, with its shape parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

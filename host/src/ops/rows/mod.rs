@@ -124,8 +124,10 @@ impl<A: RowArgs> RowCall<'_, A> {
             if block > kernel.max_threads_per_block {
                 return Ok(0);
             }
-            kernel.allow_dynamic_shared(bytes.max(CLUSTER_STATIC_SHARED_BYTES))?;
-            active_clusters(kernel, LaunchConfig { grid: cluster, block, shared_bytes: bytes, cluster })
+            gpu.modules().resident_clusters(kernel, (cluster, block, bytes), || {
+                kernel.allow_dynamic_shared(bytes.max(CLUSTER_STATIC_SHARED_BYTES))?;
+                active_clusters(kernel, LaunchConfig { grid: cluster, block, shared_bytes: bytes, cluster })
+            })
         };
         let block_kernel =
             |path| kernel_for(&Plan { path, pack: block_pack, phased, grid: 1 }).map(|k| k.max_threads_per_block);
