@@ -373,6 +373,30 @@ mod device {
         unsafe { asm!("cp.async.wait_all;", options(nostack)) };
     }
 
+    /// Closes a group of this thread's [`copy_async`] copies: the ones since the last group
+    /// (`cp.async.commit_group`), which [`wait_async_groups_but`] waits for in order.
+    #[inline(always)]
+    pub fn commit_async_copies() {
+        // SAFETY: marks this thread's own copies only.
+        unsafe { asm!("cp.async.commit_group;", options(nostack)) };
+    }
+
+    /// Waits until at most `pending` of this thread's latest copy groups are still in
+    /// flight (`cp.async.wait_group`, whose count is an immediate: above 7, waits as for 7).
+    #[inline(always)]
+    pub fn wait_async_groups_but(pending: u32) {
+        macro_rules! wait_group {
+            ($($n:literal)*) => {
+                // SAFETY: waits on this thread's own copies only.
+                match pending {
+                    $($n => unsafe { asm!(concat!("cp.async.wait_group ", $n, ";"), options(nostack)) },)*
+                    _ => unsafe { asm!("cp.async.wait_group 7;", options(nostack)) },
+                }
+            };
+        }
+        wait_group!(0 1 2 3 4 5 6);
+    }
+
     #[cfg(feature = "cluster")]
     global_asm!(".shared .align 16 .b8 rill_cluster_exchange[{bytes}];", bytes = const CLUSTER_EXCHANGE_BYTES);
 

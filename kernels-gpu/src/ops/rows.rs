@@ -12,8 +12,8 @@
 use crate::abi::MAX_CLUSTER_BLOCKS;
 use crate::abi::{PACK_BYTES, RowShape, rows_per_access};
 use crate::arch::{
-    SharedAddr, WARP_SIZE, block_dim_x, block_idx_x, copy_async, grid_dim_x, load_global_nc, load_shared, store_shared,
-    thread_idx_x,
+    SharedAddr, WARP_SIZE, block_dim_x, block_idx_x, commit_async_copies, copy_async, grid_dim_x, load_global_nc,
+    load_shared, store_shared, thread_idx_x, wait_async_groups_but,
 };
 #[cfg(feature = "cluster")]
 use crate::arch::{
@@ -304,6 +304,14 @@ impl Slice {
     #[inline(always)]
     pub(crate) fn in_row(self, at: BlockRow) -> Slice {
         Slice { head: at.head, ..self }
+    }
+
+    /// How many of the slice's packs this thread handles in [`block_packs`].
+    #[inline(always)]
+    fn thread_packs(&self) -> u32 {
+        let (thread, block) = (thread_idx_x(), block_dim_x());
+        let packs = self.packs as u32;
+        if thread < packs { (packs - 1 - thread) / block + 1 } else { 0 }
     }
 
     /// First column of pack `local` of the slice.
@@ -616,7 +624,7 @@ impl<C: Scalar, const P: usize> RowCache<C, P> {
     /// `at.row` must be a row of `shape`, whose packs the launch sized the cache for.
     #[inline(always)]
     pub(crate) unsafe fn fill<L: Load<P, Exact = C>>(&self, load: &L, at: BlockRow) {
-        if at.prefetched && Self::copies(load) {
+        if at.prefetched && self.copies(load) {
             return;
         }
         let row = at.row;
@@ -625,7 +633,8 @@ impl<C: Scalar, const P: usize> RowCache<C, P> {
             // cp.async moves 4, 8 or 16 bytes; a source's pack is one access.
             Some(view) if Self::ACCESS >= 4 => block_packs::<P>(slice, |local, col| {
                 // SAFETY: the pack is inside the row and the cache, aligned to its size.
-                unsafe { copy_async(self.at(local, 0), view.at(row, col), Self::ACCESS) }
+                unsafe { copy_async(self.at(local, 0), view.at(row, col), Self::ACCESS) };
+                commit_async_copies();
             }),
             // Single 16-bit elements: copied through registers, still untransformed.
             Some(view) => block_packs_loaded::<P, _>(
@@ -647,7 +656,7 @@ impl<C: Scalar, const P: usize> RowCache<C, P> {
 
     /// Whether the cache copies `load`'s packs (`cp.async`) rather than staging them.
     #[inline(always)]
-    fn copies<L: Load<P, Exact = C>>(load: &L) -> bool {
+    pub(crate) fn copies<L: Load<P, Exact = C>>(&self, load: &L) -> bool {
         load.source().is_some() && Self::ACCESS >= 4
     }
 
@@ -660,12 +669,27 @@ impl<C: Scalar, const P: usize> RowCache<C, P> {
     #[inline(always)]
     pub(crate) unsafe fn prefetch<L: Load<P, Exact = C>>(&self, load: &L, at: BlockRow, local: u64) {
         if let (Some(view), Some((next, head))) = (load.source(), at.next)
-            && Self::copies(load)
+            && self.copies(load)
         {
             let col = Slice { head, ..self.slice }.col::<P>(local);
             // SAFETY: the pack is inside the row and the cache, aligned to its size.
-            unsafe { copy_async(self.at(local, 0), view.at(next, col), Self::ACCESS) }
+            unsafe { copy_async(self.at(local, 0), view.at(next, col), Self::ACCESS) };
+            commit_async_copies();
         }
+    }
+
+    /// [`block_packs`] over `slice` of the row this thread filled or prefetched through one
+    /// cache, each pack waited for alone: the first packs are used while later ones are
+    /// still in flight (the copies of each pack are a group of their own). Packs not copied
+    /// are there already.
+    #[inline(always)]
+    pub(crate) fn landed_packs(&self, slice: Slice, mut f: impl FnMut(u64)) {
+        let mut after = slice.thread_packs();
+        block_packs::<P>(slice, |local, _| {
+            after -= 1;
+            wait_async_groups_but(after);
+            f(local);
+        });
     }
 
     /// The values of pack `local` of the slice of row `at` as `load` gives them: the cached

@@ -108,30 +108,43 @@ unsafe fn shared_forward<
         let (row, slice) = (at.row, slice.in_row(at));
         let edge = split.edge::<P, PHASED>(&args.shape, at).map(|col| (col, load.load_one(row, col)));
         cache.fill(load, at);
-        wait_async_copies();
-        let mut thread_max = edge.map_or(f32::NEG_INFINITY, |(_, x)| x);
-        block_packs::<P>(slice, |local, _| {
-            let v = cache.read(load, at, local);
-            unroll::<P>(|j| thread_max = thread_max.max(v[j]));
-        });
-        // e^(x - max) is computed again for the output rather than cached: the cache holds
-        // the row's own dtype, which would round it.
-        let thread_sum = |max: f32| {
-            let mut sum = edge.map_or(0.0, |(_, x)| exp(x - max));
-            block_packs::<P>(slice, |local, _| {
-                let v = cache.read(load, at, local);
-                unroll::<P>(|j| sum += exp(v[j] - max));
-            });
-            sum
-        };
-        let (max, sum) = if R::MERGES_REDUCTIONS {
-            // A thread that saw only -inf contributes (-inf, 0): no e^(-inf - -inf).
-            let sum = if thread_max > f32::NEG_INFINITY { thread_sum(thread_max) } else { 0.0 };
-            let total = split.all_reduce::<MergeOnline>(Online { max: thread_max, sum });
+        let (max, sum) = if R::MERGES_REDUCTIONS && cache.copies(load) {
+            // Max and sum at once, online, over the packs as they land: the exponentials
+            // overlap the row's loads rather than following them. (A cache filled through
+            // registers is complete here: one exponential more a pack would buy nothing.)
+            let mut online = Online { max: f32::NEG_INFINITY, sum: 0.0 };
+            if let Some((_, x)) = edge {
+                online.add([x]);
+            }
+            cache.landed_packs(slice, |local| online.add(cache.read(load, at, local)));
+            let total = split.all_reduce::<MergeOnline>(online);
             (total.max, total.sum)
         } else {
-            let max = split.all_reduce::<Max>(thread_max);
-            (max, split.all_reduce::<Sum>(thread_sum(max)))
+            wait_async_copies();
+            let mut thread_max = edge.map_or(f32::NEG_INFINITY, |(_, x)| x);
+            block_packs::<P>(slice, |local, _| {
+                let v = cache.read(load, at, local);
+                unroll::<P>(|j| thread_max = thread_max.max(v[j]));
+            });
+            // e^(x - max) is computed again for the output rather than cached: the cache
+            // holds the row's own dtype, which would round it.
+            let thread_sum = |max: f32| {
+                let mut sum = edge.map_or(0.0, |(_, x)| exp(x - max));
+                block_packs::<P>(slice, |local, _| {
+                    let v = cache.read(load, at, local);
+                    unroll::<P>(|j| sum += exp(v[j] - max));
+                });
+                sum
+            };
+            if R::MERGES_REDUCTIONS {
+                // A thread that saw only -inf contributes (-inf, 0): no e^(-inf - -inf).
+                let sum = if thread_max > f32::NEG_INFINITY { thread_sum(thread_max) } else { 0.0 };
+                let total = split.all_reduce::<MergeOnline>(Online { max: thread_max, sum });
+                (total.max, total.sum)
+            } else {
+                let max = split.all_reduce::<Max>(thread_max);
+                (max, split.all_reduce::<Sum>(thread_sum(max)))
+            }
         };
         let norm = Normalize::new(max, sum, log);
         let output = |x: f32| norm.apply(if log { x } else { exp(x - max) });
