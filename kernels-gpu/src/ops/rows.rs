@@ -415,9 +415,10 @@ impl RowSplit for BlockSplit {
 /// caching share `rank` of it. A reduction sends each block's partial to every block of the
 /// cluster (`st.async` into distributed shared memory, counted on the receiver's
 /// mbarrier), and each warp combines them by a butterfly over its lanes, one partial a lane
-/// (deterministic, the same in every block). No cluster barrier: measured on the H100, its release fence (`MEMBAR.ALL.GPU`,
-/// waiting on the row's output stores) and the partials' remote loads made each row's
-/// reduction long.
+/// (deterministic, the same in every block). No cluster barrier per row: its release fence
+/// (`MEMBAR.ALL.GPU`, waiting on the row's output stores) and the remote loads of the
+/// partials made each reduction long (the f32 softmax backward at 262144 columns, 16
+/// blocks a row, went from 71% to 83% of copy without them).
 #[cfg(feature = "cluster")]
 pub(crate) struct ClusterSplit {
     /// Reductions done so far. Consecutive reductions alternate between two sets of slots
