@@ -679,14 +679,14 @@ impl<C: Scalar, const P: usize> RowCache<C, P> {
         }
     }
 
-    /// [`block_packs`] over `slice` of the row this thread filled or prefetched through one
-    /// cache, each pack waited for alone: the first packs are used while later ones are
-    /// still in flight (the copies of each pack are a group of their own). Packs not copied
-    /// are there already.
+    /// Calls `f(local)` for this thread's packs of the row it filled or prefetched through
+    /// this cache alone, each pack waited for on its own: the first packs are used while
+    /// later ones are still in flight (the copies of each pack are a group of their own).
+    /// Packs not copied are there already.
     #[inline(always)]
-    pub(crate) fn landed_packs(&self, slice: Slice, mut f: impl FnMut(u64)) {
-        let mut after = slice.thread_packs();
-        block_packs::<P>(slice, |local, _| {
+    pub(crate) fn landed_packs(&self, mut f: impl FnMut(u64)) {
+        let mut after = self.slice.thread_packs();
+        block_packs::<P>(self.slice, |local, _| {
             after -= 1;
             wait_async_groups_but(after);
             f(local);

@@ -116,7 +116,7 @@ unsafe fn shared_forward<
             if let Some((_, x)) = edge {
                 online.add([x]);
             }
-            cache.landed_packs(slice, |local| online.add(cache.read(load, at, local)));
+            cache.landed_packs(|local| online.add(cache.read(load, at, local)));
             let total = split.all_reduce::<MergeOnline>(online);
             (total.max, total.sum)
         } else {
