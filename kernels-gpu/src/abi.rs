@@ -161,6 +161,12 @@ pub const MAX_CLUSTER_BLOCKS: u32 = ROW_CLUSTER_SIZES[ROW_CLUSTER_SIZES.len() - 
 /// alternating sets of an 8-byte slot per block of the cluster, and an 8-byte mbarrier per set.
 pub const CLUSTER_EXCHANGE_BYTES: u32 = 2 * (MAX_CLUSTER_BLOCKS * 8 + 8);
 
+/// Packs of y and of dy each thread of a softmax backward cluster kernel keeps in registers
+/// rather than shared memory, so a block's slice may exceed its shared memory by that many
+/// packs a thread of each (the planner counts them). The forwards hold none: a held pack
+/// cost them up to 28 registers where the backward paid 10.
+pub const SOFTMAX_BACKWARD_HELD_PACKS: usize = 1;
+
 /// The `(rows, cols)` view a row-wise kernel works on, and its warp path's group width.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

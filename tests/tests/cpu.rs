@@ -199,6 +199,12 @@ fn cluster_kernels_reduce_through_distributed_shared_memory() {
         let plain = !name.contains("_scale_mask_") && !name.contains("_add_forward_");
         check_row_loads(name, body, widest_pack, plain);
         check_edges(name, body);
+        // The softmax backward holds a pack of y and of dy a thread in registers, loaded for
+        // the row and prefetched for the next.
+        if name.contains("_softmax_backward_cluster_") && widest_pack {
+            let held = body.matches("ld.global.nc.v4.u32").count();
+            assert!(held >= 4, "{name}: {held} 16-byte register loads, not the 4 of its held packs");
+        }
     }
 }
 

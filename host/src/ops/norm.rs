@@ -346,6 +346,7 @@ impl Norm {
             args,
             // x as its own dtype (a residual sum is rounded to it).
             cache_bytes_per_col: size_of::<T>() as u32,
+            cluster_held_packs: 0,
             warp_max_cols: WARP_MAX_COLS,
             column_bytes: column_bytes(&call.weight, &call.bias),
             // The residual add fills its cache through registers (it also writes the sum);
@@ -432,6 +433,7 @@ impl Norm {
             args,
             // x and dy as they are (normalized and scaled as they are read).
             cache_bytes_per_col: 2 * size_of::<T>() as u32,
+            cluster_held_packs: 0,
             warp_max_cols: BACKWARD_WARP_MAX_COLS,
             column_bytes: column_bytes(&call.weight, &None),
             columns_before_blocks: false,

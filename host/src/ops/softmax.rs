@@ -14,7 +14,7 @@ use crate::Stream;
 use crate::error::{Result, invalid};
 use crate::module::PtxModule;
 use crate::tensor::{AsView, AsViewMut, DType, Element, View};
-use rill_kernels_gpu::abi::{SoftmaxArgs, max_pack};
+use rill_kernels_gpu::abi::{SOFTMAX_BACKWARD_HELD_PACKS, SoftmaxArgs, max_pack};
 use rill_kernels_gpu::{dtype_of, for_each_softmax_cluster_kernel, for_each_softmax_kernel, softmax_symbol};
 
 /// The exported symbol of softmax kernel `kind` on `path`, if there is one.
@@ -82,6 +82,7 @@ impl Softmax {
             phased: true,
             args: SoftmaxArgs { input: x.address(), ..SoftmaxArgs::default() },
             cache_bytes_per_col: size_of::<T>() as u32,
+            cluster_held_packs: 0,
             warp_max_cols: WARP_MAX_COLS,
             column_bytes: 0,
             columns_before_blocks: false,
@@ -128,6 +129,7 @@ impl Softmax {
         call.row.args.output = dx.address();
         call.row.args.log = log as u32;
         call.row.cache_bytes_per_col = 2 * size_of::<T>() as u32;
+        call.row.cluster_held_packs = SOFTMAX_BACKWARD_HELD_PACKS as u32;
         call.run()
     }
 

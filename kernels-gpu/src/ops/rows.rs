@@ -11,9 +11,11 @@
 #[cfg(feature = "cluster")]
 use crate::abi::MAX_CLUSTER_BLOCKS;
 use crate::abi::{PACK_BYTES, RowShape, rows_per_access};
+#[cfg(feature = "softmax")]
+use crate::arch::wait_async_groups_but;
 use crate::arch::{
     SharedAddr, WARP_SIZE, block_dim_x, block_idx_x, commit_async_copies, copy_async, grid_dim_x, load_global_nc,
-    load_shared, store_shared, thread_idx_x, wait_async_groups_but,
+    load_shared, store_shared, thread_idx_x,
 };
 #[cfg(feature = "cluster")]
 use crate::arch::{
@@ -26,6 +28,8 @@ use crate::reduce::{MAX_WORDS, Words};
 use crate::reduce::{Reduce, block_all_reduce, group_all_reduce};
 use crate::scalar::Scalar;
 use crate::unroll::unroll;
+#[cfg(feature = "softmax")]
+use core::cell::Cell;
 use core::marker::PhantomData;
 use core::mem::MaybeUninit;
 
@@ -307,6 +311,7 @@ impl Slice {
     }
 
     /// How many of the slice's packs this thread handles in [`block_packs`].
+    #[cfg(feature = "softmax")]
     #[inline(always)]
     fn thread_packs(&self) -> u32 {
         let (thread, block) = (thread_idx_x(), block_dim_x());
@@ -426,7 +431,7 @@ pub(crate) struct ClusterSplit {
     /// read for the one before: a block sends its next partial only after reading those
     /// slots, and its peers need that partial before they can send theirs. Bit 1 is the
     /// parity of the set's mbarrier phase.
-    reductions: core::cell::Cell<u32>,
+    reductions: Cell<u32>,
 }
 
 #[cfg(feature = "cluster")]
@@ -449,7 +454,7 @@ impl ClusterSplit {
                 fence_barrier_init();
             }
             cluster_sync();
-            body(&ClusterSplit { reductions: core::cell::Cell::new(0) });
+            body(&ClusterSplit { reductions: Cell::new(0) });
             cluster_sync();
         }
     }
@@ -683,6 +688,7 @@ impl<C: Scalar, const P: usize> RowCache<C, P> {
     /// this cache alone, each pack waited for on its own: the first packs are used while
     /// later ones are still in flight (the copies of each pack are a group of their own).
     /// Packs not copied are there already.
+    #[cfg(feature = "softmax")]
     #[inline(always)]
     pub(crate) fn landed_packs(&self, mut f: impl FnMut(u64)) {
         let mut after = self.slice.thread_packs();
@@ -712,16 +718,11 @@ impl<C: Scalar, const P: usize> RowCache<C, P> {
     /// `pack` must be a pack of the row, inside the shared memory the launch sized.
     #[inline(always)]
     unsafe fn write(&self, pack: u64, values: [f32; P]) {
+        let words = Self::to_words(values);
         unroll::<2>(|access| {
             if access < Self::ACCESSES {
-                let mut words = Pack::<C, 8>::new();
-                unroll::<8>(|k| {
-                    if k < Self::PER_ACCESS {
-                        words.set(k, C::from_f32(values[access * Self::PER_ACCESS + k]));
-                    }
-                });
                 // SAFETY: forwarded to the caller; the access is aligned to its size.
-                unsafe { store_shared(self.at(pack, access), Self::ACCESS, words.words()) };
+                unsafe { store_shared(self.at(pack, access), Self::ACCESS, words[access]) };
             }
         });
     }
@@ -730,18 +731,192 @@ impl<C: Scalar, const P: usize> RowCache<C, P> {
     /// As [`RowCache::write`], after this thread wrote `pack`.
     #[inline(always)]
     unsafe fn read_cached(&self, pack: u64) -> [f32; P] {
-        let mut values = [0.0; P];
+        let mut words = [[0; 4]; 2];
         unroll::<2>(|access| {
             if access < Self::ACCESSES {
                 // SAFETY: forwarded to the caller.
-                let words = Pack::<C, 8>::from_words(unsafe { load_shared(self.at(pack, access), Self::ACCESS) });
+                words[access] = unsafe { load_shared(self.at(pack, access), Self::ACCESS) };
+            }
+        });
+        Self::from_words(words)
+    }
+
+    /// A pack's values as the cache holds them: `C`s, in the words of each access.
+    #[inline(always)]
+    fn to_words(values: [f32; P]) -> PackWords {
+        let mut words = [[0; 4]; 2];
+        unroll::<2>(|access| {
+            if access < Self::ACCESSES {
+                let mut pack = Pack::<C, 8>::new();
                 unroll::<8>(|k| {
                     if k < Self::PER_ACCESS {
-                        values[access * Self::PER_ACCESS + k] = words.get(k).to_f32();
+                        pack.set(k, C::from_f32(values[access * Self::PER_ACCESS + k]));
+                    }
+                });
+                words[access] = pack.words();
+            }
+        });
+        words
+    }
+
+    /// The values of a pack the cache holds as `words` ([`RowCache::to_words`]).
+    #[inline(always)]
+    fn from_words(words: PackWords) -> [f32; P] {
+        let mut values = [0.0; P];
+        unroll::<2>(|access| {
+            if access < Self::ACCESSES {
+                let pack = Pack::<C, 8>::from_words(words[access]);
+                unroll::<8>(|k| {
+                    if k < Self::PER_ACCESS {
+                        values[access * Self::PER_ACCESS + k] = pack.get(k).to_f32();
                     }
                 });
             }
         });
         values
+    }
+}
+
+/// The words a cache holds of one pack, one array of up to 16 bytes per access.
+type PackWords = [[u32; 4]; 2];
+
+/// Where [`HeldRowCache`] keeps one of this thread's packs.
+#[cfg(feature = "softmax")]
+#[derive(Clone, Copy)]
+pub(crate) enum CachedPack {
+    /// In registers: the thread's `k`-th pack of the slice.
+    Held(usize),
+    /// In shared memory: pack `local` of the part of the slice there.
+    Shared(u64),
+}
+
+/// A [`RowCache`] that keeps each thread's first `HELD` packs of the block's slice in
+/// registers and only the rest in shared memory, so a slice up to `HELD * block` packs
+/// larger than a block's shared memory still fits: the cluster path then splits a row over
+/// fewer blocks, keeping more SMs busy (clusters of 16 leave 20 of the H100's 132 idle,
+/// clusters of 8 leave 12). Held packs are loaded into their registers, whose loads stay in
+/// flight until the values are used, and prefetched for the next row the same way.
+#[cfg(feature = "softmax")]
+pub(crate) struct HeldRowCache<C, const P: usize, const HELD: usize> {
+    slice: Slice,
+    held: Cell<[PackWords; HELD]>,
+    /// The rest of the slice, past the held packs.
+    shared: RowCache<C, P>,
+}
+
+#[cfg(feature = "softmax")]
+impl<C: Scalar, const P: usize, const HELD: usize> HeldRowCache<C, P, HELD> {
+    /// The cache of `slice` of a row, its shared part at `base`.
+    #[inline(always)]
+    pub(crate) fn new(base: SharedAddr, slice: Slice) -> Self {
+        let held = (HELD as u64 * block_dim_x() as u64).min(slice.packs);
+        let rest = Slice { first: slice.first + held, packs: slice.packs - held, head: slice.head };
+        HeldRowCache { slice, held: Cell::new([[[0; 4]; 2]; HELD]), shared: RowCache::new(base, rest) }
+    }
+
+    /// Where the shared memory after this cache starts (for a second cached array).
+    #[inline(always)]
+    pub(crate) fn end(&self) -> SharedAddr {
+        self.shared.end()
+    }
+
+    /// Calls `f(pack, col)` for this thread's packs of the slice of row `at`, the held ones
+    /// first (as [`block_packs`] orders them).
+    #[inline(always)]
+    pub(crate) fn packs(&self, at: BlockRow, mut f: impl FnMut(CachedPack, u64)) {
+        self.held_packs(at, |k, col| f(CachedPack::Held(k), col));
+        block_packs::<P>(self.shared.slice.in_row(at), |local, col| f(CachedPack::Shared(local), col));
+    }
+
+    /// Calls `f(k, col)` for this thread's held packs of the slice of row `at`.
+    #[inline(always)]
+    fn held_packs(&self, at: BlockRow, mut f: impl FnMut(usize, u64)) {
+        let slice = self.slice.in_row(at);
+        let (thread, block) = (thread_idx_x() as u64, block_dim_x() as u64);
+        unroll::<HELD>(|k| {
+            let local = thread + k as u64 * block;
+            if local < slice.packs {
+                f(k, slice.col::<P>(local));
+            }
+        });
+    }
+
+    /// Caches this thread's packs of `at.row` as [`RowCache::fill`] does, the held ones
+    /// loaded into registers.
+    ///
+    /// # Safety
+    /// As [`RowCache::fill`].
+    #[inline(always)]
+    pub(crate) unsafe fn fill<L: Load<P, Exact = C>>(&self, load: &L, at: BlockRow) {
+        if !(at.prefetched && self.shared.copies(load)) {
+            // SAFETY: the pack is inside the row.
+            self.held_packs(at, |k, col| unsafe { self.hold(k, load, at.row, col) });
+        }
+        // SAFETY: forwarded to the caller.
+        unsafe { self.shared.fill(load, at) };
+    }
+
+    /// Loads held pack `k` of `row`, at `col`, into its registers.
+    ///
+    /// # Safety
+    /// The pack must be inside the row, aligned to its size.
+    #[inline(always)]
+    unsafe fn hold<L: Load<P, Exact = C>>(&self, k: usize, load: &L, row: u64, col: u64) {
+        let mut held = self.held.get();
+        // SAFETY: forwarded to the caller. A source's pack is one access, held as the
+        // source stores it, as `RowCache::fill` copies it.
+        held[k] = unsafe {
+            match load.source() {
+                Some(view) => [load_global_nc(view.at(row, col), RowCache::<C, P>::ACCESS), [0; 4]],
+                None => RowCache::<C, P>::to_words(load.load(row, col)),
+            }
+        };
+        self.held.set(held);
+    }
+
+    /// As [`RowCache::prefetch`], for any of this thread's packs.
+    ///
+    /// # Safety
+    /// As [`RowCache::prefetch`].
+    #[inline(always)]
+    pub(crate) unsafe fn prefetch<L: Load<P, Exact = C>>(&self, load: &L, at: BlockRow, pack: CachedPack) {
+        // SAFETY: forwarded to the caller; the held pack is inside the next row.
+        unsafe {
+            match pack {
+                CachedPack::Held(k) => {
+                    if let Some((next, head)) = at.next
+                        && self.shared.copies(load)
+                    {
+                        let local = thread_idx_x() as u64 + k as u64 * block_dim_x() as u64;
+                        self.hold(k, load, next, Slice { head, ..self.slice }.col::<P>(local));
+                    }
+                }
+                CachedPack::Shared(local) => self.shared.prefetch(load, at, local),
+            }
+        }
+    }
+
+    /// As [`RowCache::read`], for any of this thread's packs.
+    ///
+    /// # Safety
+    /// As [`RowCache::read`].
+    #[inline(always)]
+    pub(crate) unsafe fn read<L: Load<P, Exact = C>>(
+        &self,
+        load: &L,
+        at: BlockRow,
+        pack: CachedPack,
+        col: u64,
+    ) -> [f32; P] {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            match pack {
+                CachedPack::Held(k) => {
+                    let values = RowCache::<C, P>::from_words(self.held.get()[k]);
+                    if load.source().is_some() { load.transform(values, at.row, col) } else { values }
+                }
+                CachedPack::Shared(local) => self.shared.read(load, at, local),
+            }
+        }
     }
 }

@@ -7,15 +7,15 @@
 #[cfg(feature = "cluster")]
 use super::rows::ClusterSplit;
 use super::rows::{
-    BlockRow, BlockSplit, RowCache, RowSplit, Slice, WarpRows, block_packs, block_packs_loaded, warp_load,
-    warp_row_reduce, warp_store,
+    BlockRow, BlockSplit, HeldRowCache, RowCache, RowSplit, Slice, WarpRows, block_packs, block_packs_loaded,
+    warp_load, warp_row_reduce, warp_store,
 };
 use crate::abi::{
     CROSS_ENTROPY_IGNORE_INDEX, ROW_PATH_SHARED, ROW_PATH_SHARED_PHASED, ROW_PATH_UNCACHED, ROW_PATH_UNCACHED_PHASED,
     RowShape, SoftmaxArgs, runs_phased,
 };
 #[cfg(feature = "cluster")]
-use crate::abi::{ROW_PATH_CLUSTER, ROW_PATH_CLUSTER_PHASED};
+use crate::abi::{ROW_PATH_CLUSTER, ROW_PATH_CLUSTER_PHASED, SOFTMAX_BACKWARD_HELD_PACKS};
 use crate::arch::{dynamic_shared_addr, wait_async_copies};
 use crate::math::exp;
 use crate::pack::{DirectLoad, DirectStore, Load, LoadOne, Pack, RowMajor, Store, StoreOne};
@@ -307,7 +307,8 @@ unsafe fn backward_edge<LY: LoadOne, LD: LoadOne, const P: usize, const PHASED: 
         .map(|col| unsafe { (col, load_y.load_one(at.row, col), load_dy.load_one(at.row, col)) })
 }
 
-/// The backward with the rows cached in shared memory, split over blocks as `split` says.
+/// The backward with the rows cached in shared memory, split over blocks as `split` says,
+/// `HELD` packs of y and of dy per thread in registers ([`HeldRowCache`]).
 #[inline(always)]
 unsafe fn shared_backward<
     LY: Load<P> + LoadOne,
@@ -315,6 +316,7 @@ unsafe fn shared_backward<
     S: Store<P> + StoreOne,
     const P: usize,
     const PHASED: bool,
+    const HELD: usize,
 >(
     load_y: &LY,
     load_dy: &LD,
@@ -325,29 +327,30 @@ unsafe fn shared_backward<
     let log = args.log != 0;
     let slice = split.slice::<P>(&args.shape);
     // y's cache, then dy's.
-    let cache_y = RowCache::<LY::Exact, P>::new(dynamic_shared_addr(), slice);
-    let cache_dy = RowCache::<LD::Exact, P>::new(cache_y.end(), slice);
+    let cache_y = HeldRowCache::<LY::Exact, P, HELD>::new(dynamic_shared_addr(), slice);
+    let cache_dy = HeldRowCache::<LD::Exact, P, HELD>::new(cache_y.end(), slice);
     // SAFETY (block): as shared_forward.
     split.rows::<P, PHASED>(&args.shape, |at| unsafe {
-        let (row, slice) = (at.row, slice.in_row(at));
+        let row = at.row;
         let edge = backward_edge::<LY, LD, P, PHASED>(load_y, load_dy, args, split, at);
         cache_y.fill(load_y, at);
         cache_dy.fill(load_dy, at);
         wait_async_copies();
+        let read = |pack, col| (cache_y.read(load_y, at, pack, col), cache_dy.read(load_dy, at, pack, col));
         let mut thread_sum = edge.map_or(0.0, |(_, y, dy)| Gradient::term(log, y, dy));
-        block_packs::<P>(slice, |local, _| {
-            let (y, dy) = (cache_y.read(load_y, at, local), cache_dy.read(load_dy, at, local));
+        cache_y.packs(at, |pack, col| {
+            let (y, dy) = read(pack, col);
             unroll::<P>(|j| thread_sum += Gradient::term(log, y[j], dy[j]));
         });
         let g = Gradient { log, sum: split.all_reduce::<Sum>(thread_sum) };
         if let Some((col, y, dy)) = edge {
             store.store_one(g.apply(y, dy), row, col);
         }
-        block_packs::<P>(slice, |local, col| {
-            let (y, dy) = (cache_y.read(load_y, at, local), cache_dy.read(load_dy, at, local));
+        cache_y.packs(at, |pack, col| {
+            let (y, dy) = read(pack, col);
             store.store(unrolled_array(|j| g.apply(y[j], dy[j])), row, col);
-            cache_y.prefetch(load_y, at, local);
-            cache_dy.prefetch(load_dy, at, local);
+            cache_y.prefetch(load_y, at, pack);
+            cache_dy.prefetch(load_dy, at, pack);
         });
     });
 }
@@ -409,16 +412,18 @@ unsafe fn backward_path<
         match PATH {
             ROW_PATH_UNCACHED => uncached_backward::<LY, LD, S, P, false>(load_y, load_dy, store, args),
             ROW_PATH_UNCACHED_PHASED => uncached_backward::<LY, LD, S, P, true>(load_y, load_dy, store, args),
-            ROW_PATH_SHARED => shared_backward::<LY, LD, S, P, false>(load_y, load_dy, store, args, &BlockSplit),
-            ROW_PATH_SHARED_PHASED => shared_backward::<LY, LD, S, P, true>(load_y, load_dy, store, args, &BlockSplit),
-            #[cfg(feature = "cluster")]
-            ROW_PATH_CLUSTER => {
-                ClusterSplit::run(|split| shared_backward::<LY, LD, S, P, false>(load_y, load_dy, store, args, split))
+            ROW_PATH_SHARED => shared_backward::<LY, LD, S, P, false, 0>(load_y, load_dy, store, args, &BlockSplit),
+            ROW_PATH_SHARED_PHASED => {
+                shared_backward::<LY, LD, S, P, true, 0>(load_y, load_dy, store, args, &BlockSplit)
             }
             #[cfg(feature = "cluster")]
-            ROW_PATH_CLUSTER_PHASED => {
-                ClusterSplit::run(|split| shared_backward::<LY, LD, S, P, true>(load_y, load_dy, store, args, split))
-            }
+            ROW_PATH_CLUSTER => ClusterSplit::run(|split| {
+                shared_backward::<LY, LD, S, P, false, SOFTMAX_BACKWARD_HELD_PACKS>(load_y, load_dy, store, args, split)
+            }),
+            #[cfg(feature = "cluster")]
+            ROW_PATH_CLUSTER_PHASED => ClusterSplit::run(|split| {
+                shared_backward::<LY, LD, S, P, true, SOFTMAX_BACKWARD_HELD_PACKS>(load_y, load_dy, store, args, split)
+            }),
             _ => {
                 let at = WarpRows::new::<PATH>(&args.shape);
                 at.for_each_access(args.shape.rows, |first| {

@@ -145,6 +145,9 @@ pub struct Problem {
     /// Bytes per column the shared path caches (each cached array's exact dtype: the
     /// input's for plain loads, f32 for fused ones; a backward caches two arrays).
     pub cache_bytes_per_col: u32,
+    /// Packs of each cached array every thread of the cluster kernel keeps in registers,
+    /// which its block's shared memory need not hold.
+    pub cluster_held_packs: u32,
     /// The most threads per block the block-path kernels launch with (their register use
     /// decides it; the driver reports it).
     pub block_limit: u32,
@@ -273,8 +276,8 @@ fn shared_plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancy<'_>)
 pub const CLUSTER_WAVES: u32 = 8;
 
 /// The cluster path, on GPUs with clusters: the fewest blocks per row whose slices fit in
-/// shared memory and that the device can keep resident, each block as large as the kernel
-/// allows (more loads in flight). Measured on the H100: preferring slices small enough for
+/// shared memory (less what the kernel's threads hold in registers) and that the device can
+/// keep resident, each block as large as the kernel allows (more loads in flight). Measured on the H100: preferring slices small enough for
 /// two blocks per SM lifted the softmax backward at 131072 columns from 79% to 88% of copy
 /// before the prefetch above (which took it to 89% with one) but dropped the f32 norm
 /// backward at 32768 from 80% to 57%, so the fewest blocks it is.
@@ -289,10 +292,16 @@ fn cluster_plan(
     let limit = device.max_shared_bytes_per_block_optin.saturating_sub(CLUSTER_STATIC_SHARED_BYTES) as u64;
     let pack = problem.block_pack.max(1) as u64;
     let packs = problem.cols as u64 / pack;
-    let slice_bytes = |cluster: u32| packs.div_ceil(cluster as u64) * pack * problem.cache_bytes_per_col as u64;
-    for cluster in ROW_CLUSTER_SIZES.into_iter().filter(|&c| slice_bytes(c) <= limit) {
-        let bytes = slice_bytes(cluster);
+    let slice_bytes = |cluster: u32, block: u32| {
+        let held = problem.cluster_held_packs as u64 * block as u64;
+        packs.div_ceil(cluster as u64).saturating_sub(held) * pack * problem.cache_bytes_per_col as u64
+    };
+    for cluster in ROW_CLUSTER_SIZES {
         for block in BLOCK_SIZES.into_iter().rev().filter(|&b| b <= problem.block_limit) {
+            let bytes = slice_bytes(cluster, block);
+            if bytes > limit {
+                continue;
+            }
             let resident = occupancy(cluster, block, bytes as u32)?;
             if resident > 0 {
                 let clusters = (problem.rows as u64).min(resident as u64 * CLUSTER_WAVES as u64).max(1);
@@ -331,6 +340,7 @@ mod tests {
             pack,
             block_pack: pack,
             cache_bytes_per_col: 4,
+            cluster_held_packs: 0,
             block_limit: 1024,
             warp_max_cols: WARP_MAX_COLS,
             force: None,
@@ -421,6 +431,27 @@ mod tests {
         // Past sixteen blocks' shared memory, and on GPUs without clusters: uncached.
         assert_eq!(plan(&problem(64, 1 << 20, 4), &device, OCCUPANCY).unwrap().kind(), PathKind::Uncached);
         assert_eq!(plan(&problem(4096, 131072, 4), &ampere(), OCCUPANCY).unwrap().kind(), PathKind::Uncached);
+    }
+
+    #[test]
+    fn packs_held_in_registers_let_fewer_blocks_hold_a_row() {
+        // The f32 backward at 262144 columns: 2 MB a row, 256 KB a block of eight; a pack of
+        // y and of dy in each of 1024 threads' registers leaves 224 KB for shared memory.
+        let mut backward = problem(4096, 262144, 4);
+        backward.cache_bytes_per_col = 8;
+        backward.cluster_held_packs = 1;
+        let p = plan(&backward, &h100(), OCCUPANCY).unwrap();
+        assert_eq!(p.path, Path::Cluster { cluster: 8, block: 1024, shared_bytes: (8192 - 1024) * 4 * 8 });
+        // Blocks of 512 hold half as much: sixteen blocks again, 128 KB less 64 KB held.
+        backward.block_limit = 512;
+        let p = plan(&backward, &h100(), OCCUPANCY).unwrap();
+        assert_eq!(p.path, Path::Cluster { cluster: 16, block: 512, shared_bytes: (4096 - 512) * 4 * 8 });
+        // A slice no larger than what the threads hold needs no shared memory.
+        let mut narrow = problem(8, 4096, 4);
+        narrow.cluster_held_packs = 1;
+        narrow.force = Some(PathKind::Cluster);
+        let p = plan(&narrow, &h100(), OCCUPANCY).unwrap();
+        assert_eq!(p.path, Path::Cluster { cluster: 2, block: 1024, shared_bytes: 0 });
     }
 
     #[test]

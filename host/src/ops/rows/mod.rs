@@ -71,6 +71,9 @@ pub(crate) struct RowCall<'a, A: RowArgs> {
     /// Bytes per column the shared path caches: for each cached array, the dtype its load
     /// holds exactly (the array's own for a plain load, 4 where a fused load computes f32s).
     pub cache_bytes_per_col: u32,
+    /// Packs of each cached array a cluster kernel's threads keep in registers
+    /// ([`dispatch::Problem::cluster_held_packs`]).
+    pub cluster_held_packs: u32,
     /// Widest row the warp path is chosen for (see [`dispatch::Problem::warp_max_cols`]).
     pub warp_max_cols: usize,
     /// Bytes of per-column data every row re-reads (a norm's gamma and beta): on the shared
@@ -139,6 +142,7 @@ impl<A: RowArgs> RowCall<'_, A> {
             pack,
             block_pack,
             cache_bytes_per_col: self.cache_bytes_per_col,
+            cluster_held_packs: self.cluster_held_packs,
             block_limit,
             warp_max_cols: self.warp_max_cols,
             force: self.force,
