@@ -352,6 +352,7 @@ impl Norm {
             // The residual add fills its cache through registers (it also writes the sum);
             // measured, it gains more from L1 for gamma and beta than from resident blocks.
             columns_before_blocks: call.residual.is_some(),
+            reads_once: false,
             force: self.force,
             stream,
         }
@@ -437,6 +438,7 @@ impl Norm {
             warp_max_cols: BACKWARD_WARP_MAX_COLS,
             column_bytes: column_bytes(&call.weight, &None),
             columns_before_blocks: false,
+            reads_once: false,
             force: self.force,
             stream,
         }

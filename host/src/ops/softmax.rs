@@ -86,6 +86,7 @@ impl Softmax {
             warp_max_cols: WARP_MAX_COLS,
             column_bytes: 0,
             columns_before_blocks: false,
+            reads_once: false,
             force: self.force,
             stream,
         };
@@ -211,7 +212,7 @@ impl Softmax {
         check_aligned(op, "the loss", loss.address(), 4)?;
         call.row.args.target = target.address();
         call.row.args.row_values = loss.address();
-        call.row.args.log = 1;
+        call.row.reads_once = true;
         call.run()
     }
 

@@ -2,7 +2,9 @@
 //! on the three paths of [`crate::ops::rows`] (warp, shared, uncached).
 //!
 //! Every kernel reads through a [`Load`] and writes through a [`Store`], so the fused
-//! variants (scale and mask, causal mask, cross entropy) are functors over the same bodies.
+//! variants (scale and mask, causal mask, cross entropy's gradient) are functors over the
+//! same bodies. Cross entropy's loss needs only each row's statistics: its bodies read each
+//! row once and write a value per row.
 
 #[cfg(feature = "cluster")]
 use super::rows::ClusterSplit;
@@ -16,7 +18,7 @@ use crate::abi::{
 };
 #[cfg(feature = "cluster")]
 use crate::abi::{ROW_PATH_CLUSTER, ROW_PATH_CLUSTER_PHASED, SOFTMAX_BACKWARD_HELD_PACKS};
-use crate::arch::{dynamic_shared_addr, wait_async_copies};
+use crate::arch::{dynamic_shared_addr, thread_idx_x, wait_async_copies};
 use crate::math::exp;
 use crate::pack::{DirectLoad, DirectStore, Load, LoadOne, Pack, RowMajor, Store, StoreOne};
 use crate::reduce::{MAX_WORDS, Max, Reduce, Sum, Words, block_all_reduce};
@@ -117,8 +119,7 @@ unsafe fn shared_forward<
                 online.add([x]);
             }
             cache.landed_packs(|local| online.add(cache.read(load, at, local)));
-            let total = split.all_reduce::<MergeOnline>(online);
-            (total.max, total.sum)
+            reduce_online(split, online)
         } else {
             wait_async_copies();
             let mut thread_max = edge.map_or(f32::NEG_INFINITY, |(_, x)| x);
@@ -210,6 +211,51 @@ impl Online {
     }
 }
 
+/// The max and sum of `e^(x - max)` of `online` (a thread's share of a row) over the blocks
+/// sharing the row: at once where the split merges reductions, else the max first.
+#[inline(always)]
+unsafe fn reduce_online<R: RowSplit>(split: &R, online: Online) -> (f32, f32) {
+    // SAFETY: forwarded to the caller (every thread of the row's blocks calls this).
+    unsafe {
+        if R::MERGES_REDUCTIONS {
+            let total = split.all_reduce::<MergeOnline>(online);
+            (total.max, total.sum)
+        } else {
+            let max = split.all_reduce::<Max>(online.max);
+            // A thread that saw only -inf contributes 0 (its max is -inf, its sum 0).
+            let rescaled = if online.max > f32::NEG_INFINITY { online.sum * exp(online.max - max) } else { 0.0 };
+            (max, split.all_reduce::<Sum>(rescaled))
+        }
+    }
+}
+
+/// The max and sum of `e^(x - max)` of row `at`, this block reading its `slice` of the row
+/// (and `edge`, its element outside the aligned packs) once from global memory.
+#[inline(always)]
+unsafe fn streamed_statistics<L: Load<P>, R: RowSplit, const P: usize>(
+    load: &L,
+    split: &R,
+    at: BlockRow,
+    slice: Slice,
+    edge: Option<(u64, f32)>,
+) -> (f32, f32) {
+    let row = at.row;
+    let mut online = Online { max: f32::NEG_INFINITY, sum: 0.0 };
+    if let Some((_, x)) = edge {
+        online.add([x]);
+    }
+    // SAFETY: the slice's packs are inside the row; every thread of the row's blocks
+    // reduces (the caller's promise).
+    unsafe {
+        block_packs_loaded::<P, _>(
+            slice,
+            |col| load.fetch(row, col),
+            |_, col, fetched| online.add(load.convert(fetched, row, col)),
+        );
+        reduce_online(split, online)
+    }
+}
+
 #[inline(always)]
 unsafe fn uncached_forward<L: Load<P> + LoadOne, S: Store<P> + StoreOne, const P: usize, const PHASED: bool>(
     load: &L,
@@ -222,24 +268,20 @@ unsafe fn uncached_forward<L: Load<P> + LoadOne, S: Store<P> + StoreOne, const P
     BlockSplit.rows::<P, PHASED>(&args.shape, |at| unsafe {
         let (row, slice) = (at.row, slice.in_row(at));
         let edge = BlockSplit.edge::<P, PHASED>(&args.shape, at).map(|col| (col, load.load_one(row, col)));
-        let fetch = |col| load.fetch(row, col);
-        let mut online = Online { max: f32::NEG_INFINITY, sum: 0.0 };
-        if let Some((_, x)) = edge {
-            online.add([x]);
-        }
-        block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| online.add(load.convert(fetched, row, col)));
-        let max = block_all_reduce::<Max>(online.max);
-        // A thread that saw only -inf contributes 0 (its max is -inf, its sum 0).
-        let rescaled = if online.max > f32::NEG_INFINITY { online.sum * exp(online.max - max) } else { 0.0 };
-        let norm = Normalize::new(max, block_all_reduce::<Sum>(rescaled), log);
+        let (max, sum) = streamed_statistics(load, &BlockSplit, at, slice, edge);
+        let norm = Normalize::new(max, sum, log);
         let output = |x: f32| norm.apply(if log { x } else { exp(x - max) });
         if let Some((col, x)) = edge {
             store.store_one(output(x), row, col);
         }
-        block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| {
-            let v = load.convert(fetched, row, col);
-            store.store(unrolled_array(|j| output(v[j])), row, col);
-        });
+        block_packs_loaded::<P, _>(
+            slice,
+            |col| load.fetch(row, col),
+            |_, col, fetched| {
+                let v = load.convert(fetched, row, col);
+                store.store(unrolled_array(|j| output(v[j])), row, col);
+            },
+        );
     });
 }
 
@@ -522,31 +564,89 @@ unsafe fn target_of(target: *const i64, row: u64, cols: u64) -> Option<u64> {
     }
 }
 
-/// Cross-entropy forward: given a row's log-probabilities, writes `-logp[target]` to the
-/// row's loss; 0 for ignored rows, NaN for targets outside the row. Nothing else is stored.
-pub struct LossStore {
+/// Cross entropy's output: a loss per row, `max + ln(sum) - x[target]` from the row's
+/// statistics (its max and sum of `e^(x - max)`); 0 where the target is ignored, NaN where
+/// it is outside the row.
+struct Loss {
     target: *const i64,
     loss: *mut f32,
     cols: u64,
 }
 
-impl<const N: usize> Store<N> for LossStore {
+impl Loss {
+    /// # Safety
+    /// `row` must be a row of the view `load` reads, whose target and loss arrays this holds.
     #[inline(always)]
-    unsafe fn store(&self, values: [f32; N], row: u64, col: u64) {
-        // SAFETY: target and loss hold one element per row.
+    unsafe fn write<L: LoadOne>(&self, load: &L, row: u64, max: f32, sum: f32) {
+        // SAFETY: forwarded; a target inside the row is an element of it.
         unsafe {
-            match target_of(self.target, row, self.cols) {
-                Some(t) if t >= col && t < col + N as u64 => unroll::<N>(|j| {
-                    if col + j as u64 == t {
-                        self.loss.add(row as usize).write(-values[j]);
-                    }
-                }),
-                None if col == 0 => self.loss.add(row as usize).write(0.0),
-                Some(u64::MAX) if col == 0 => self.loss.add(row as usize).write(f32::NAN),
-                _ => {}
+            let value = match target_of(self.target, row, self.cols) {
+                None => 0.0,
+                Some(u64::MAX) => f32::NAN,
+                // `x - max` first: exact near the max, where a small loss would cancel.
+                Some(t) => crate::math::log(sum) - (load.load_one(row, t) - max),
+            };
+            self.loss.add(row as usize).write(value);
+        }
+    }
+}
+
+/// Cross entropy on path `PATH`: a row's statistics are all the loss needs, so every path
+/// reads each row once and writes only the loss (the block paths stream their rows, with
+/// no cache; the shared path's kernel is the uncached one's).
+#[inline(always)]
+unsafe fn cross_entropy_path<L: Load<P> + LoadOne, const P: usize, const PATH: usize>(
+    load: &L,
+    loss: &Loss,
+    args: &SoftmaxArgs,
+) {
+    // SAFETY (whole body): as the forward paths.
+    unsafe {
+        match PATH {
+            ROW_PATH_UNCACHED | ROW_PATH_SHARED => streamed_loss::<L, _, P, false>(load, loss, args, &BlockSplit),
+            ROW_PATH_UNCACHED_PHASED | ROW_PATH_SHARED_PHASED => {
+                streamed_loss::<L, _, P, true>(load, loss, args, &BlockSplit)
+            }
+            #[cfg(feature = "cluster")]
+            ROW_PATH_CLUSTER => ClusterSplit::run(|split| streamed_loss::<L, _, P, false>(load, loss, args, split)),
+            #[cfg(feature = "cluster")]
+            ROW_PATH_CLUSTER_PHASED => {
+                ClusterSplit::run(|split| streamed_loss::<L, _, P, true>(load, loss, args, split))
+            }
+            _ => {
+                let at = WarpRows::new::<PATH>(&args.shape);
+                at.for_each_access(args.shape.rows, |first| {
+                    let x = warp_load::<L, P, PATH>(load, &at, first, &args.shape, f32::NEG_INFINITY);
+                    let max = warp_row_reduce::<Max, PATH>(|r, i| x[r][i], at.width);
+                    let sum = warp_row_reduce::<Sum, PATH>(|r, i| exp(x[r][i] - max[r]), at.width);
+                    unroll::<2>(|r| {
+                        if at.lane == 0 && at.holds::<PATH>(r, first, args.shape.rows) {
+                            loss.write(load, first + r as u64, max[r], sum[r]);
+                        }
+                    });
+                });
             }
         }
     }
+}
+
+/// [`cross_entropy_path`] on the block paths, split over blocks as `split` says.
+#[inline(always)]
+unsafe fn streamed_loss<L: Load<P> + LoadOne, R: RowSplit, const P: usize, const PHASED: bool>(
+    load: &L,
+    loss: &Loss,
+    args: &SoftmaxArgs,
+    split: &R,
+) {
+    let slice = split.slice::<P>(&args.shape);
+    // SAFETY (block): every column visited is a pack or an edge element inside the row.
+    split.rows::<P, PHASED>(&args.shape, |at| unsafe {
+        let edge = split.edge::<P, PHASED>(&args.shape, at).map(|col| (col, load.load_one(at.row, col)));
+        let (max, sum) = streamed_statistics(load, split, at, slice.in_row(at), edge);
+        if thread_idx_x() == 0 && split.leads() {
+            loss.write(load, at.row, max, sum);
+        }
+    });
 }
 
 /// Cross-entropy backward: given a row's probabilities, stores
@@ -640,12 +740,11 @@ pub unsafe fn causal<T: Scalar, const P: usize, const PATH: usize>(args: &Softma
 
 #[inline(always)]
 pub unsafe fn cross_entropy<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
-    // SAFETY: see `direct`; target and loss have `rows` elements. `args.log` is 1.
+    // SAFETY: see `direct`; target and loss have `rows` elements.
     unsafe {
         let (load, _) = direct::<T, PATH>(args.input, &args.shape);
-        let store =
-            LossStore { target: args.target as *const i64, loss: args.row_values as *mut f32, cols: args.shape.cols };
-        forward_path::<_, _, P, PATH>(&load, &store, args);
+        let loss = Loss { target: args.target as *const i64, loss: args.row_values as *mut f32, cols: args.shape.cols };
+        cross_entropy_path::<_, P, PATH>(&load, &loss, args);
     }
 }
 

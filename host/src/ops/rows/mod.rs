@@ -83,6 +83,8 @@ pub(crate) struct RowCall<'a, A: RowArgs> {
     /// Whether L1 room for the column data outranks resident blocks (measured per op: see
     /// [`shared_carveout`]).
     pub columns_before_blocks: bool,
+    /// Whether the op reads each row once ([`dispatch::Problem::reads_once`]).
+    pub reads_once: bool,
     pub force: Option<PathKind>,
     pub stream: &'a Stream,
 }
@@ -145,6 +147,7 @@ impl<A: RowArgs> RowCall<'_, A> {
             cluster_held_packs: self.cluster_held_packs,
             block_limit,
             warp_max_cols: self.warp_max_cols,
+            reads_once: self.reads_once,
             force: self.force,
         };
         let plan = plan(&problem, gpu.info(), Occupancies { shared: &shared, cluster: &cluster })?;
