@@ -48,10 +48,46 @@ impl Normalize {
     }
 }
 
+/// Where a forward's outputs go, a row at a time: what a row's stores need beyond its
+/// elements (cross entropy's target and loss gradient) is read once, as the row starts,
+/// rather than with every pack (measured on the H100: the per-pack reads cost the cross
+/// entropy backward 4-13 points on the shared and cluster paths).
+trait RowOutput<const P: usize> {
+    type Row: Store<P> + StoreOne;
+
+    /// # Safety
+    /// `row` must be a row of the view.
+    unsafe fn row(&self, row: u64) -> Self::Row;
+}
+
+impl<T: Scalar, const P: usize> RowOutput<P> for DirectStore<T> {
+    type Row = DirectStore<T>;
+
+    #[inline(always)]
+    unsafe fn row(&self, _row: u64) -> DirectStore<T> {
+        *self
+    }
+}
+
+/// A forward's outputs looked up a pack at a time, as the warp and uncached paths store
+/// them. Measured on the H100 (cross entropy backward): a row's state held per warp access
+/// cost the 16-bit tiers of 16 and 24 elements a lane 5-8 points (12 registers more) and
+/// the two-row tier 3-7, for 3-5 elsewhere; held per row on the uncached path, it cost
+/// ptxas 8-24 registers there.
+struct EachPack<'a, O>(&'a O);
+
+impl<O: RowOutput<P>, const P: usize> Store<P> for EachPack<'_, O> {
+    #[inline(always)]
+    unsafe fn store(&self, values: [f32; P], row: u64, col: u64) {
+        // SAFETY: forwarded.
+        unsafe { self.0.row(row).store(values, row, col) }
+    }
+}
+
 #[inline(always)]
-unsafe fn warp_forward<L: Load<P>, S: Store<P>, const P: usize, const E: usize>(
+unsafe fn warp_forward<L: Load<P>, O: RowOutput<P>, const P: usize, const E: usize>(
     load: &L,
-    store: &S,
+    outputs: &O,
     args: &SoftmaxArgs,
 ) {
     let at = WarpRows::new::<E>(&args.shape);
@@ -73,8 +109,8 @@ unsafe fn warp_forward<L: Load<P>, S: Store<P>, const P: usize, const E: usize>(
             at.width,
         );
         let norm = [Normalize::new(max[0], sum[0], log), Normalize::new(max[1], sum[1], log)];
-        warp_store::<S, _, P, E>(
-            store,
+        warp_store::<_, _, P, E>(
+            &EachPack(outputs),
             &at,
             first,
             &args.shape,
@@ -88,15 +124,9 @@ unsafe fn warp_forward<L: Load<P>, S: Store<P>, const P: usize, const E: usize>(
 /// cluster of blocks each holding a slice). A thread's element outside the row's aligned
 /// packs ([`RowSplit::edge`]) stays in a register.
 #[inline(always)]
-unsafe fn shared_forward<
-    L: Load<P> + LoadOne,
-    S: Store<P> + StoreOne,
-    R: RowSplit,
-    const P: usize,
-    const PHASED: bool,
->(
+unsafe fn shared_forward<L: Load<P> + LoadOne, O: RowOutput<P>, R: RowSplit, const P: usize, const PHASED: bool>(
     load: &L,
-    store: &S,
+    outputs: &O,
     args: &SoftmaxArgs,
     split: &R,
 ) {
@@ -109,6 +139,7 @@ unsafe fn shared_forward<
     split.rows::<P, PHASED>(&args.shape, |at| unsafe {
         let (row, slice) = (at.row, slice.in_row(at));
         let edge = split.edge::<P, PHASED>(&args.shape, at).map(|col| (col, load.load_one(row, col)));
+        let store = outputs.row(row);
         cache.fill(load, at);
         let (max, sum) = if R::MERGES_REDUCTIONS && cache.copies(load) {
             // Max and sum at once, online, over the packs as they land: the exponentials
@@ -257,9 +288,9 @@ unsafe fn streamed_statistics<L: Load<P>, R: RowSplit, const P: usize>(
 }
 
 #[inline(always)]
-unsafe fn uncached_forward<L: Load<P> + LoadOne, S: Store<P> + StoreOne, const P: usize, const PHASED: bool>(
+unsafe fn uncached_forward<L: Load<P> + LoadOne, O: RowOutput<P>, const P: usize, const PHASED: bool>(
     load: &L,
-    store: &S,
+    outputs: &O,
     args: &SoftmaxArgs,
 ) {
     let log = args.log != 0;
@@ -269,10 +300,11 @@ unsafe fn uncached_forward<L: Load<P> + LoadOne, S: Store<P> + StoreOne, const P
         let (row, slice) = (at.row, slice.in_row(at));
         let edge = BlockSplit.edge::<P, PHASED>(&args.shape, at).map(|col| (col, load.load_one(row, col)));
         let (max, sum) = streamed_statistics(load, &BlockSplit, at, slice, edge);
+        let store = EachPack(outputs);
         let norm = Normalize::new(max, sum, log);
         let output = |x: f32| norm.apply(if log { x } else { exp(x - max) });
         if let Some((col, x)) = edge {
-            store.store_one(output(x), row, col);
+            outputs.row(row).store_one(output(x), row, col);
         }
         block_packs_loaded::<P, _>(
             slice,
@@ -287,27 +319,27 @@ unsafe fn uncached_forward<L: Load<P> + LoadOne, S: Store<P> + StoreOne, const P
 
 /// The forward body for path `PATH` (a warp code is the elements per lane).
 #[inline(always)]
-unsafe fn forward_path<L: Load<P> + LoadOne, S: Store<P> + StoreOne, const P: usize, const PATH: usize>(
+unsafe fn forward_path<L: Load<P> + LoadOne, O: RowOutput<P>, const P: usize, const PATH: usize>(
     load: &L,
-    store: &S,
+    outputs: &O,
     args: &SoftmaxArgs,
 ) {
     // SAFETY: forwarded; the host launched this kernel with this path's geometry.
     unsafe {
         match PATH {
-            ROW_PATH_UNCACHED => uncached_forward::<L, S, P, false>(load, store, args),
-            ROW_PATH_UNCACHED_PHASED => uncached_forward::<L, S, P, true>(load, store, args),
-            ROW_PATH_SHARED => shared_forward::<L, S, _, P, false>(load, store, args, &BlockSplit),
-            ROW_PATH_SHARED_PHASED => shared_forward::<L, S, _, P, true>(load, store, args, &BlockSplit),
+            ROW_PATH_UNCACHED => uncached_forward::<L, O, P, false>(load, outputs, args),
+            ROW_PATH_UNCACHED_PHASED => uncached_forward::<L, O, P, true>(load, outputs, args),
+            ROW_PATH_SHARED => shared_forward::<L, O, _, P, false>(load, outputs, args, &BlockSplit),
+            ROW_PATH_SHARED_PHASED => shared_forward::<L, O, _, P, true>(load, outputs, args, &BlockSplit),
             #[cfg(feature = "cluster")]
             ROW_PATH_CLUSTER => {
-                ClusterSplit::run(|split| shared_forward::<L, S, _, P, false>(load, store, args, split))
+                ClusterSplit::run(|split| shared_forward::<L, O, _, P, false>(load, outputs, args, split))
             }
             #[cfg(feature = "cluster")]
             ROW_PATH_CLUSTER_PHASED => {
-                ClusterSplit::run(|split| shared_forward::<L, S, _, P, true>(load, store, args, split))
+                ClusterSplit::run(|split| shared_forward::<L, O, _, P, true>(load, outputs, args, split))
             }
-            _ => warp_forward::<L, S, P, PATH>(load, store, args),
+            _ => warp_forward::<L, O, P, PATH>(load, outputs, args),
         }
     }
 }
@@ -651,24 +683,41 @@ unsafe fn streamed_loss<L: Load<P> + LoadOne, R: RowSplit, const P: usize, const
 
 /// Cross-entropy backward: given a row's probabilities, stores
 /// `(p - onehot(target)) * dloss[row]` (0 for ignored rows).
-pub struct CrossEntropyGradStore<T> {
+pub struct CrossEntropyGrad<T> {
     out: DirectStore<T>,
     target: *const i64,
     dloss: *const f32,
     cols: u64,
 }
 
-impl<T: Scalar, const N: usize> Store<N> for CrossEntropyGradStore<T> {
+impl<T: Scalar, const P: usize> RowOutput<P> for CrossEntropyGrad<T> {
+    type Row = CrossEntropyGradRow<T>;
+
     #[inline(always)]
-    unsafe fn store(&self, values: [f32; N], row: u64, col: u64) {
-        // SAFETY: target and dloss hold one element per row; the output store is forwarded.
+    unsafe fn row(&self, row: u64) -> CrossEntropyGradRow<T> {
+        // SAFETY: target and dloss hold one element per row.
         unsafe {
             let target = target_of(self.target, row, self.cols);
             let scale = if target.is_some() { self.dloss.add(row as usize).read() } else { 0.0 };
-            let t = target.unwrap_or(u64::MAX);
-            let grad: [f32; N] = unrolled_array(|j| (values[j] - if col + j as u64 == t { 1.0 } else { 0.0 }) * scale);
-            self.out.store(grad, row, col);
+            CrossEntropyGradRow { out: self.out, target: target.unwrap_or(u64::MAX), scale }
         }
+    }
+}
+
+/// [`CrossEntropyGrad`] for one row: its target column (`u64::MAX` for none) and scale.
+pub struct CrossEntropyGradRow<T> {
+    out: DirectStore<T>,
+    target: u64,
+    scale: f32,
+}
+
+impl<T: Scalar, const N: usize> Store<N> for CrossEntropyGradRow<T> {
+    #[inline(always)]
+    unsafe fn store(&self, values: [f32; N], row: u64, col: u64) {
+        let (t, scale) = (self.target, self.scale);
+        let grad: [f32; N] = unrolled_array(|j| (values[j] - if col + j as u64 == t { 1.0 } else { 0.0 }) * scale);
+        // SAFETY: forwarded.
+        unsafe { self.out.store(grad, row, col) }
     }
 }
 
@@ -753,12 +802,12 @@ pub unsafe fn cross_entropy_backward<T: Scalar, const P: usize, const PATH: usiz
     // SAFETY: see `direct`; target and dloss have `rows` elements. `args.log` is 0.
     unsafe {
         let (load, _) = direct::<T, PATH>(args.input, &args.shape);
-        let store = CrossEntropyGradStore {
+        let grad = CrossEntropyGrad {
             out: direct::<T, PATH>(args.output, &args.shape).1,
             target: args.target as *const i64,
             dloss: args.row_values as *const f32,
             cols: args.shape.cols,
         };
-        forward_path::<_, _, P, PATH>(&load, &store, args);
+        forward_path::<_, _, P, PATH>(&load, &grad, args);
     }
 }
