@@ -120,7 +120,7 @@ impl PtxBuild {
     fn build_module(&self, module: &str) -> Result<PathBuf, BuildError> {
         let target_dir = self.target_dir.join(module);
         let arch = module_arch(&self.arch, module);
-        let isa = MODULE_NEEDS.iter().find(|(name, _, _)| *name == module).map_or(DEFAULT_PTX_ISA, |&(_, _, isa)| isa);
+        let isa = module_needs(module).map_or(DEFAULT_PTX_ISA, |(_, isa)| isa);
         let mut cargo = clean_command("cargo");
         cargo
             .current_dir(&self.crate_dir)
@@ -160,10 +160,14 @@ fn clean_command(program: &str) -> Command {
     command
 }
 
+/// `module`'s entry of [`MODULE_NEEDS`]: its minimum arch and PTX ISA.
+fn module_needs(module: &str) -> Option<(u32, &'static str)> {
+    MODULE_NEEDS.iter().find(|(name, _, _)| *name == module).map(|&(_, min, isa)| (min, isa))
+}
+
 /// The arch `module` builds for: `arch`, or the module's minimum where that is newer.
 fn module_arch(arch: &str, module: &str) -> String {
-    let minimum = MODULE_NEEDS.iter().find(|(name, _, _)| *name == module).map(|&(_, min, _)| min);
-    match (minimum, arch_number(arch)) {
+    match (module_needs(module).map(|(min, _)| min), arch_number(arch)) {
         (Some(min), Some(number)) if number < min => format!("sm_{min}"),
         _ => arch.to_string(),
     }

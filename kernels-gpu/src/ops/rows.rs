@@ -630,7 +630,7 @@ impl<C: Scalar, const P: usize> RowCache<C, P> {
     /// `at.row` must be a row of `shape`, whose packs the launch sized the cache for.
     #[inline(always)]
     pub(crate) unsafe fn fill<L: Load<P, Exact = C>>(&self, load: &L, at: BlockRow) {
-        if at.prefetched && self.copies(load) {
+        if self.requested(load, at) {
             return;
         }
         let row = at.row;
@@ -666,6 +666,30 @@ impl<C: Scalar, const P: usize> RowCache<C, P> {
         load.source().is_some() && Self::ACCESS >= 4
     }
 
+    /// Whether the previous row's last pass already requested row `at`'s packs
+    /// ([`RowCache::prefetch`]): only caches that copy prefetch.
+    #[inline(always)]
+    fn requested<L: Load<P, Exact = C>>(&self, load: &L, at: BlockRow) -> bool {
+        at.prefetched && self.copies(load)
+    }
+
+    /// The row after `at` (and its head) that this cache prefetches for `load`, if any.
+    #[inline(always)]
+    fn prefetched_row<L: Load<P, Exact = C>>(&self, load: &L, at: BlockRow) -> Option<(u64, u64)> {
+        at.next.filter(|_| self.copies(load))
+    }
+
+    /// `cached`, the values of the pack at `col` of `row` as the cache holds them, as `load`
+    /// gives them: transformed where the cache holds the load's source.
+    ///
+    /// # Safety
+    /// As [`Load::transform`].
+    #[inline(always)]
+    unsafe fn loaded<L: Load<P, Exact = C>>(load: &L, cached: [f32; P], row: u64, col: u64) -> [f32; P] {
+        // SAFETY: forwarded to the caller.
+        if load.source().is_some() { unsafe { load.transform(cached, row, col) } } else { cached }
+    }
+
     /// Starts copying pack `local` of the row after `at` into its slot, where there is one
     /// and the cache copies `load`: the next row's loads then overlap the rest of this row.
     ///
@@ -674,9 +698,7 @@ impl<C: Scalar, const P: usize> RowCache<C, P> {
     /// (the copy lands in the same slot: call this after the values read are used).
     #[inline(always)]
     pub(crate) unsafe fn prefetch<L: Load<P, Exact = C>>(&self, load: &L, at: BlockRow, local: u64) {
-        if let (Some(view), Some((next, head))) = (load.source(), at.next)
-            && self.copies(load)
-        {
+        if let (Some(view), Some((next, head))) = (load.source(), self.prefetched_row(load, at)) {
             let col = Slice { head, ..self.slice }.col::<P>(local);
             // SAFETY: the pack is inside the row and the cache, aligned to its size.
             unsafe { copy_async(self.at(local, 0), view.at(next, col), Self::ACCESS) };
@@ -709,8 +731,7 @@ impl<C: Scalar, const P: usize> RowCache<C, P> {
         // SAFETY: forwarded to the caller.
         unsafe {
             let cached = self.read_cached(local);
-            let col = self.slice.in_row(at).col::<P>(local);
-            if load.source().is_some() { load.transform(cached, at.row, col) } else { cached }
+            Self::loaded(load, cached, at.row, self.slice.in_row(at).col::<P>(local))
         }
     }
 
@@ -848,7 +869,7 @@ impl<C: Scalar, const P: usize, const HELD: usize> HeldRowCache<C, P, HELD> {
     /// As [`RowCache::fill`].
     #[inline(always)]
     pub(crate) unsafe fn fill<L: Load<P, Exact = C>>(&self, load: &L, at: BlockRow) {
-        if !(at.prefetched && self.shared.copies(load)) {
+        if !self.shared.requested(load, at) {
             // SAFETY: the pack is inside the row.
             self.held_packs(at, |k, col| unsafe { self.hold(k, load, at.row, col) });
         }
@@ -884,9 +905,7 @@ impl<C: Scalar, const P: usize, const HELD: usize> HeldRowCache<C, P, HELD> {
         unsafe {
             match pack {
                 CachedPack::Held(k) => {
-                    if let Some((next, head)) = at.next
-                        && self.shared.copies(load)
-                    {
+                    if let Some((next, head)) = self.shared.prefetched_row(load, at) {
                         let local = thread_idx_x() as u64 + k as u64 * block_dim_x() as u64;
                         self.hold(k, load, next, Slice { head, ..self.slice }.col::<P>(local));
                     }
@@ -912,8 +931,7 @@ impl<C: Scalar, const P: usize, const HELD: usize> HeldRowCache<C, P, HELD> {
         unsafe {
             match pack {
                 CachedPack::Held(k) => {
-                    let values = RowCache::<C, P>::from_words(self.held.get()[k]);
-                    if load.source().is_some() { load.transform(values, at.row, col) } else { values }
+                    RowCache::<C, P>::loaded(load, RowCache::<C, P>::from_words(self.held.get()[k]), at.row, col)
                 }
                 CachedPack::Shared(local) => self.shared.read(load, at, local),
             }

@@ -171,8 +171,7 @@ unsafe fn shared_forward<L: Load<P> + LoadOne, O: RowOutput<P>, R: RowSplit, con
             if R::MERGES_REDUCTIONS {
                 // A thread that saw only -inf contributes (-inf, 0): no e^(-inf - -inf).
                 let sum = if thread_max > f32::NEG_INFINITY { thread_sum(thread_max) } else { 0.0 };
-                let total = split.all_reduce::<MergeOnline>(Online { max: thread_max, sum });
-                (total.max, total.sum)
+                reduce_online(split, Online { max: thread_max, sum })
             } else {
                 let max = split.all_reduce::<Max>(thread_max);
                 (max, split.all_reduce::<Sum>(thread_sum(max)))

@@ -284,10 +284,11 @@ pub const CLUSTER_WAVES: u32 = 8;
 
 /// The cluster path, on GPUs with clusters: the fewest blocks per row whose slices fit in
 /// shared memory (less what the kernel's threads hold in registers) and that the device can
-/// keep resident, each block as large as the kernel allows (more loads in flight). Measured on the H100: preferring slices small enough for
-/// two blocks per SM lifted the softmax backward at 131072 columns from 79% to 88% of copy
-/// before the prefetch above (which took it to 89% with one) but dropped the f32 norm
-/// backward at 32768 from 80% to 57%, so the fewest blocks it is.
+/// keep resident, each block as large as the kernel allows (more loads in flight).
+/// Measured on the H100: preferring slices small enough for two blocks per SM lifted the
+/// softmax backward at 131072 columns from 79% to 88% of copy before the prefetch above
+/// (which took it to 89% with one) but dropped the f32 norm backward at 32768 from 80% to
+/// 57%, so the fewest blocks it is.
 fn cluster_plan(
     problem: &Problem,
     device: &DeviceInfo,
