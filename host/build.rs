@@ -1,5 +1,6 @@
 //! Builds the device crate to PTX (one file per module) into OUT_DIR; `module.rs` embeds it.
 
+use rill_builder::Module;
 use std::path::PathBuf;
 
 fn main() {
@@ -10,11 +11,14 @@ fn main() {
     println!("cargo::rerun-if-changed={}", crate_dir.join("Cargo.toml").display());
     println!("cargo::rerun-if-env-changed=RILL_PTX_ARCH");
 
+    // The ladder's module only where the `norm-ladder` feature embeds it.
+    let ladder = std::env::var_os("CARGO_FEATURE_NORM_LADDER").is_some();
     let build = rill_builder::PtxBuild {
         crate_dir,
         target_dir: out_dir.join("ptx-target"),
         out_dir,
         arch: std::env::var("RILL_PTX_ARCH").unwrap_or_else(|_| rill_builder::DEFAULT_ARCH.to_string()),
+        modules: Module::ALL.into_iter().filter(|&module| ladder || module != Module::NormLadder).collect(),
     };
     if let Err(error) = build.run() {
         eprintln!("error: {error}");

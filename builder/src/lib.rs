@@ -11,13 +11,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The PTX modules the device crate provides, one cargo feature each.
-pub const MODULES: &[&str] = &["elementwise", "softmax", "norm", "norm_ladder", "cluster"];
-
-/// Modules whose instructions need a newer GPU than the default, with the oldest arch they
-/// build for and the PTX ISA they need: the cluster module's cluster barriers and
-/// distributed shared memory (sm_90), its `st.async` (PTX ISA 8.1, CUDA 12.1).
-const MODULE_NEEDS: &[(&str, u32, &str)] = &[("cluster", 90, "ptx81")];
+pub use rill_kernels_gpu::table::Module;
 
 /// PTX ISA of the other modules: 7.8 (CUDA 11.8), for the L1 eviction hints of the
 /// streaming loads.
@@ -90,10 +84,12 @@ pub struct PtxBuild {
     pub out_dir: PathBuf,
     /// `sm_XY`.
     pub arch: String,
+    /// The modules to build (usually [`Module::ALL`]).
+    pub modules: Vec<Module>,
 }
 
 impl PtxBuild {
-    /// Builds every module in [`MODULES`]; returns the written PTX paths.
+    /// Builds every module of `modules`; returns the written PTX paths.
     pub fn run(&self) -> Result<Vec<PathBuf>, BuildError> {
         let absolute = |path: &Path| std::path::absolute(path).map_err(|e| BuildError::Io(path.to_path_buf(), e));
         let build = PtxBuild {
@@ -101,6 +97,7 @@ impl PtxBuild {
             target_dir: absolute(&self.target_dir)?,
             out_dir: absolute(&self.out_dir)?,
             arch: self.arch.clone(),
+            modules: self.modules.clone(),
         };
         build.run_absolute()
     }
@@ -112,20 +109,21 @@ impl PtxBuild {
         // Modules build in parallel, each in its own target directory (cargo would serialize
         // builds sharing one).
         std::thread::scope(|scope| {
-            let builds: Vec<_> = MODULES.iter().map(|module| scope.spawn(move || self.build_module(module))).collect();
+            let builds: Vec<_> =
+                self.modules.iter().map(|&module| scope.spawn(move || self.build_module(module))).collect();
             builds.into_iter().map(|build| build.join().expect("a module build thread panicked")).collect()
         })
     }
 
-    fn build_module(&self, module: &str) -> Result<PathBuf, BuildError> {
-        let target_dir = self.target_dir.join(module);
+    fn build_module(&self, module: Module) -> Result<PathBuf, BuildError> {
+        let target_dir = self.target_dir.join(module.name());
         let arch = module_arch(&self.arch, module);
-        let isa = module_needs(module).map_or(DEFAULT_PTX_ISA, |(_, isa)| isa);
+        let isa = module.needs().map_or(DEFAULT_PTX_ISA, |(_, isa)| isa);
         let mut cargo = clean_command("cargo");
         cargo
             .current_dir(&self.crate_dir)
             .args(["rustc", "--release", "--lib", "--crate-type", "cdylib", "-Zbuild-std=core"])
-            .args(["--target", TARGET, "--features", module, "--target-dir"])
+            .args(["--target", TARGET, "--features", module.name(), "--target-dir"])
             .arg(&target_dir)
             .args(["--config", "profile.release.panic=\"abort\""])
             // Kernels are built from small generic pieces and closures that must all inline
@@ -136,13 +134,13 @@ impl PtxBuild {
             );
         let status = cargo.status().map_err(|error| BuildError::Spawn { program: "cargo", error })?;
         if !status.success() {
-            return Err(BuildError::CargoFailed { module: module.to_string(), status });
+            return Err(BuildError::CargoFailed { module: module.name().to_string(), status });
         }
         let built = target_dir.join(TARGET).join("release").join("rill_kernels_gpu.ptx");
         if !built.is_file() {
             return Err(BuildError::NoPtx(built));
         }
-        let dest = self.out_dir.join(format!("{module}.ptx"));
+        let dest = self.out_dir.join(format!("{}.ptx", module.name()));
         std::fs::copy(&built, &dest).map_err(|e| BuildError::Io(dest.clone(), e))?;
         Ok(dest)
     }
@@ -160,14 +158,9 @@ fn clean_command(program: &str) -> Command {
     command
 }
 
-/// `module`'s entry of [`MODULE_NEEDS`]: its minimum arch and PTX ISA.
-fn module_needs(module: &str) -> Option<(u32, &'static str)> {
-    MODULE_NEEDS.iter().find(|(name, _, _)| *name == module).map(|&(_, min, isa)| (min, isa))
-}
-
 /// The arch `module` builds for: `arch`, or the module's minimum where that is newer.
-fn module_arch(arch: &str, module: &str) -> String {
-    match (module_needs(module).map(|(min, _)| min), arch_number(arch)) {
+fn module_arch(arch: &str, module: Module) -> String {
+    match (module.needs().map(|(min, _)| min), arch_number(arch)) {
         (Some(min), Some(number)) if number < min => format!("sm_{min}"),
         _ => arch.to_string(),
     }
@@ -222,9 +215,26 @@ mod tests {
 
     #[test]
     fn the_cluster_module_builds_for_hopper_at_least() {
-        assert_eq!(module_arch("sm_80", "cluster"), "sm_90");
-        assert_eq!(module_arch("sm_90a", "cluster"), "sm_90a");
-        assert_eq!(module_arch("sm_80", "softmax"), "sm_80");
+        assert_eq!(module_arch("sm_80", Module::Cluster), "sm_90");
+        assert_eq!(module_arch("sm_90a", Module::Cluster), "sm_90a");
+        assert_eq!(module_arch("sm_80", Module::Softmax), "sm_80");
+    }
+
+    /// Each module is a cargo feature of the device crate (the builder asks for it by name).
+    #[test]
+    fn every_module_is_a_feature_of_the_device_crate() {
+        let manifest = include_str!("../../kernels-gpu/Cargo.toml");
+        let features = manifest.split("[features]").nth(1).expect("the device crate declares features");
+        let declared: Vec<&str> = features
+            .lines()
+            .take_while(|line| !line.starts_with('['))
+            .filter_map(|line| line.split_once('=').map(|(name, _)| name.trim()))
+            .collect();
+        let mut modules: Vec<&str> = Module::ALL.iter().map(|m| m.name()).collect();
+        let mut declared_sorted = declared.clone();
+        modules.sort();
+        declared_sorted.sort();
+        assert_eq!(declared_sorted, modules, "kernels-gpu/Cargo.toml [features] against Module::ALL");
     }
 
     #[test]

@@ -28,6 +28,8 @@ mod tensor;
 pub use error::{Error, Result};
 pub use gpu::{DeviceInfo, Gpu, Stream};
 pub use launch::{LaunchConfig, WAVES, grid_stride_blocks};
-pub use module::PtxModule;
-pub use ops::{elementwise, norm, norm_ladder, softmax};
+pub use module::{KernelKey, Module, ptx};
+#[cfg(feature = "norm-ladder")]
+pub use ops::norm_ladder;
+pub use ops::{elementwise, norm, softmax};
 pub use tensor::{AsView, AsViewMut, DType, Element, Tensor, View, ViewMut, copy};

@@ -1,7 +1,7 @@
-//! The PTX modules, embedded at build time and loaded once each, on first use.
+//! The PTX modules, embedded at build time and loaded once each, on first use, and the
+//! function handles of their kernels, cached per [`KernelKey`].
 
 use crate::error::{DriverContext, Error, Result};
-use cust::module::Module;
 use cust::sys::{
     CUfunction, CUfunction_attribute, cuFuncGetAttribute, cuFuncSetAttribute,
     cuOccupancyMaxActiveBlocksPerMultiprocessor,
@@ -10,42 +10,21 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::sync::Mutex;
 
-/// The PTX modules of the device crate (one per op family).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum PtxModule {
-    Elementwise,
-    Softmax,
-    Norm,
-    /// The RMSNorm optimization ladder: naive kernels the benchmark compares against.
-    NormLadder,
-    /// The cluster path of softmax and the norms, built for sm_90: loaded only on GPUs with
-    /// thread-block clusters.
-    Cluster,
-}
+pub use rill_kernels_gpu::table::{KernelKey, Module};
 
-impl PtxModule {
-    pub const ALL: [PtxModule; 5] =
-        [PtxModule::Elementwise, PtxModule::Softmax, PtxModule::Norm, PtxModule::NormLadder, PtxModule::Cluster];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            PtxModule::Elementwise => "elementwise",
-            PtxModule::Softmax => "softmax",
-            PtxModule::Norm => "norm",
-            PtxModule::NormLadder => "norm_ladder",
-            PtxModule::Cluster => "cluster",
-        }
-    }
-
-    /// The module's PTX text, as the builder produced it.
-    pub fn ptx(self) -> &'static str {
-        match self {
-            PtxModule::Elementwise => include_str!(concat!(env!("OUT_DIR"), "/elementwise.ptx")),
-            PtxModule::Softmax => include_str!(concat!(env!("OUT_DIR"), "/softmax.ptx")),
-            PtxModule::Norm => include_str!(concat!(env!("OUT_DIR"), "/norm.ptx")),
-            PtxModule::NormLadder => include_str!(concat!(env!("OUT_DIR"), "/norm_ladder.ptx")),
-            PtxModule::Cluster => include_str!(concat!(env!("OUT_DIR"), "/cluster.ptx")),
-        }
+/// The text of PTX module `module`, as the builder produced it; `None` for the RMSNorm
+/// ladder unless the `norm-ladder` feature embeds it (the benchmark's comparators are not
+/// part of the library).
+pub fn ptx(module: Module) -> Option<&'static str> {
+    match module {
+        Module::Elementwise => Some(include_str!(concat!(env!("OUT_DIR"), "/elementwise.ptx"))),
+        Module::Softmax => Some(include_str!(concat!(env!("OUT_DIR"), "/softmax.ptx"))),
+        Module::Norm => Some(include_str!(concat!(env!("OUT_DIR"), "/norm.ptx"))),
+        #[cfg(feature = "norm-ladder")]
+        Module::NormLadder => Some(include_str!(concat!(env!("OUT_DIR"), "/norm_ladder.ptx"))),
+        #[cfg(not(feature = "norm-ladder"))]
+        Module::NormLadder => None,
+        Module::Cluster => Some(include_str!(concat!(env!("OUT_DIR"), "/cluster.ptx"))),
     }
 }
 
@@ -54,6 +33,7 @@ impl PtxModule {
 #[derive(Clone, Copy)]
 pub(crate) struct Kernel {
     pub(crate) function: CUfunction,
+    pub(crate) key: KernelKey,
     /// Its PTX symbol, the name its launches' NVTX ranges carry.
     pub(crate) symbol: &'static str,
     /// The most threads per block it launches with (its registers decide).
@@ -64,14 +44,14 @@ pub(crate) struct Kernel {
 unsafe impl Send for Kernel {}
 
 impl Kernel {
-    fn new(function: CUfunction, symbol: &'static str) -> Result<Kernel> {
+    fn new(function: CUfunction, key: KernelKey, symbol: &'static str) -> Result<Kernel> {
         let mut threads = 0i32;
         // SAFETY: writes one int for a loaded function.
         unsafe {
             cuFuncGetAttribute(&mut threads, CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function)
                 .during("cuFuncGetAttribute")?;
         }
-        Ok(Kernel { function, symbol, max_threads_per_block: threads.max(0) as u32 })
+        Ok(Kernel { function, key, symbol, max_threads_per_block: threads.max(0) as u32 })
     }
 
     /// Lets the kernel launch with `bytes` of dynamic shared memory (above the default 48 KB).
@@ -109,34 +89,39 @@ impl Kernel {
 
 #[derive(Default)]
 pub(crate) struct Modules {
-    loaded: Mutex<HashMap<PtxModule, Module>>,
-    kernels: Mutex<HashMap<&'static str, Kernel>>,
+    loaded: Mutex<HashMap<Module, cust::module::Module>>,
+    kernels: Mutex<HashMap<KernelKey, Kernel>>,
     /// Resident clusters by kernel, cluster size, block size and shared bytes: the planner
     /// weighs every cluster size on each call, and the driver's answer never changes.
     resident_clusters: Mutex<HashMap<ClusterShape, u32>>,
 }
 
-/// A kernel's symbol, cluster size, block size and dynamic shared bytes.
-type ClusterShape = (&'static str, u32, u32, u32);
+/// A kernel, its cluster size, block size and dynamic shared bytes.
+type ClusterShape = (KernelKey, u32, u32, u32);
 
 impl Modules {
-    /// The kernel `symbol` of `module`, loading the module on first use. The caller has made
-    /// the module's context current.
-    pub(crate) fn kernel(&self, module: PtxModule, symbol: &'static str) -> Result<Kernel> {
+    /// The kernel `key` names, loading its module on first use; `Unsupported` where the
+    /// table has no such kernel. The caller has made the module's context current.
+    pub(crate) fn kernel(&self, key: KernelKey) -> Result<Kernel> {
         let mut kernels = self.kernels.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(kernel) = kernels.get(symbol) {
+        if let Some(kernel) = kernels.get(&key) {
             return Ok(*kernel);
         }
+        let symbol = key.symbol().ok_or_else(|| Error::Unsupported(format!("rill has no kernel {key:?}")))?;
+        let module = key.module();
+        let text = ptx(module).ok_or_else(|| {
+            Error::Unsupported(format!("PTX module `{}` is not in this build (see its cargo feature)", module.name()))
+        })?;
         let mut loaded = self.loaded.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let loaded_module = match loaded.entry(module) {
             Entry::Occupied(entry) => entry.into_mut(),
-            Entry::Vacant(entry) => entry.insert(Module::from_ptx(module.ptx(), &[]).during("cuModuleLoadData")?),
+            Entry::Vacant(entry) => entry.insert(cust::module::Module::from_ptx(text, &[]).during("cuModuleLoadData")?),
         };
         let function = loaded_module
             .get_function(symbol)
             .map_err(|_| Error::Unsupported(format!("kernel `{symbol}` is not in PTX module `{}`", module.name())))?;
-        let kernel = Kernel::new(function.to_raw(), symbol)?;
-        kernels.insert(symbol, kernel);
+        let kernel = Kernel::new(function.to_raw(), key, symbol)?;
+        kernels.insert(key, kernel);
         Ok(kernel)
     }
 
@@ -148,7 +133,7 @@ impl Modules {
         (cluster, block, shared_bytes): (u32, u32, u32),
         ask: impl FnOnce() -> Result<u32>,
     ) -> Result<u32> {
-        let key = (kernel.symbol, cluster, block, shared_bytes);
+        let key = (kernel.key, cluster, block, shared_bytes);
         if let Some(&resident) =
             self.resident_clusters.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(&key)
         {

@@ -64,51 +64,6 @@ impl DType {
     }
 }
 
-/// The `DType` of a dtype token of the kernel tables (`f32`, `f16`, `bf16`).
-#[macro_export]
-macro_rules! dtype_of {
-    (f32) => {
-        $crate::abi::DType::F32
-    };
-    (f16) => {
-        $crate::abi::DType::F16
-    };
-    (bf16) => {
-        $crate::abi::DType::BF16
-    };
-}
-
-/// The exported symbol of a kernel: `rill_<op>_<input dtype>_<output dtype>`.
-#[macro_export]
-macro_rules! kernel_symbol {
-    ($op:ident, $input:ident, $output:ident) => {
-        concat!("rill_", stringify!($op), "_", stringify!($input), "_", stringify!($output))
-    };
-}
-
-/// Every elementwise kernel, as `op Functor arity: input output, ...;`. The device
-/// instantiates an entry point per line and dtype pair; the host builds its symbol table
-/// from the same list. All inputs of a kernel share one dtype.
-#[macro_export]
-macro_rules! for_each_elementwise_kernel {
-    ($apply:ident) => {
-        $apply! {
-            relu Relu 1: f32 f32, f16 f16, bf16 bf16;
-            gelu Gelu 1: f32 f32, f16 f16, bf16 bf16;
-            gelu_tanh GeluTanh 1: f32 f32, f16 f16, bf16 bf16;
-            silu Silu 1: f32 f32, f16 f16, bf16 bf16;
-            sigmoid Sigmoid 1: f32 f32, f16 f16, bf16 bf16;
-            cast Cast 1: f32 f16, f32 bf16, f16 f32, bf16 f32, f16 bf16, bf16 f16;
-            add Add 2: f32 f32, f16 f16, bf16 bf16;
-            sub Sub 2: f32 f32, f16 f16, bf16 bf16;
-            mul Mul 2: f32 f32, f16 f16, bf16 bf16;
-            div Div 2: f32 f32, f16 f16, bf16 bf16;
-            fma Fma 3: f32 f32, f16 f16, bf16 bf16;
-            bias_add_gelu BiasAddGelu 2: f32 f32, f16 f16, bf16 bf16;
-        }
-    };
-}
-
 /// Elements per access of the widest pack for elements of `in_bytes` and `out_bytes`.
 pub const fn max_pack(in_bytes: usize, out_bytes: usize) -> usize {
     let widest = if in_bytes > out_bytes { in_bytes } else { out_bytes };
@@ -127,28 +82,6 @@ pub const fn rows_per_access(elements: usize) -> u64 {
     if elements <= 8 { 2 } else { 1 }
 }
 
-/// Path codes of the row-wise kernels (softmax, norms): a warp path holds `code` elements
-/// per thread per row in registers (8, 16 or 32); these two are the block paths.
-pub const ROW_PATH_SHARED: usize = 1;
-pub const ROW_PATH_UNCACHED: usize = 0;
-/// A cluster of blocks per row, each caching a slice of it: rows too long for one block's
-/// shared memory (sm_90; the cluster module holds these kernels).
-pub const ROW_PATH_CLUSTER: usize = 2;
-
-/// The block paths' codes for rows that start past a 16-byte boundary, each row run from
-/// its head in aligned packs ([`RowShape::phase`]; softmax only, at the dtype's widest
-/// pack). Kernels of their own: the head and the edge elements cost the aligned kernels
-/// registers (measured on the H100: causal and cross-entropy kernels 8-16 more, 5-10 points
-/// of copy at aligned widths).
-pub const ROW_PATH_UNCACHED_PHASED: usize = 3;
-pub const ROW_PATH_SHARED_PHASED: usize = 4;
-pub const ROW_PATH_CLUSTER_PHASED: usize = 5;
-
-/// Whether path code `path` runs rows from their heads.
-pub const fn runs_phased(path: usize) -> bool {
-    matches!(path, ROW_PATH_UNCACHED_PHASED | ROW_PATH_SHARED_PHASED | ROW_PATH_CLUSTER_PHASED)
-}
-
 /// Blocks per cluster the cluster path is launched with. 16 is past the portable limit of
 /// 8: the H100 runs it once the kernel allows non-portable sizes, and the occupancy query
 /// answers 0 on GPUs that cannot, so the planner never picks it there.
@@ -160,6 +93,18 @@ pub const MAX_CLUSTER_BLOCKS: u32 = ROW_CLUSTER_SIZES[ROW_CLUSTER_SIZES.len() - 
 /// Static shared memory a cluster kernel exchanges reduction partials through: two
 /// alternating sets of an 8-byte slot per block of the cluster, and an 8-byte mbarrier per set.
 pub const CLUSTER_EXCHANGE_BYTES: u32 = 2 * (MAX_CLUSTER_BLOCKS * 8 + 8);
+
+/// 32-bit words a block reduction moves per warp through shared memory: two, so the
+/// cluster path merges a row's two statistics into one reduction.
+pub const REDUCE_WORDS: usize = 2;
+
+/// Static shared memory of every row-wise kernel: the block-reduction scratch,
+/// [`REDUCE_WORDS`] words for each of 32 warps. The dynamic shared memory leaves room for it.
+pub const ROW_STATIC_SHARED_BYTES: u32 = (REDUCE_WORDS * 4 * 32) as u32;
+
+/// Static shared memory of the cluster kernels: the block-reduction scratch and where the
+/// blocks exchange their reductions' partials.
+pub const CLUSTER_STATIC_SHARED_BYTES: u32 = ROW_STATIC_SHARED_BYTES + CLUSTER_EXCHANGE_BYTES;
 
 /// Packs of y and of dy each thread of a softmax backward cluster kernel keeps in registers
 /// rather than shared memory, so a block's slice may exceed its shared memory by that many
@@ -248,64 +193,6 @@ impl RowArgs for SoftmaxArgs {
     }
 }
 
-/// The exported symbol of a softmax kernel.
-#[macro_export]
-macro_rules! softmax_symbol {
-    ($kind:ident, $path:ident, $dtype:ident, $pack:literal) => {
-        concat!(
-            "rill_softmax_",
-            stringify!($kind),
-            "_",
-            stringify!($path),
-            "_",
-            stringify!($dtype),
-            "_p",
-            stringify!($pack)
-        )
-    };
-}
-
-/// Calls `$apply!(kind path code dtype pack)` for every softmax kernel of the main module:
-/// each kind, each path, each dtype with its widest pack and with pack 1 (for rows not
-/// aligned to a pack), and each phased block path at the widest pack. `@paths [...] [...]`
-/// gives the same table for other paths.
-#[macro_export]
-macro_rules! for_each_softmax_kernel {
-    ($apply:ident) => {
-        $crate::for_each_softmax_kernel!(@paths $apply
-            [(warp8 8) (warp16 16) (warp24 24) (warp32 32) (shared 1) (uncached 0)]
-            [(shared_phased 4) (uncached_phased 3)]);
-    };
-    (@paths $apply:ident $paths:tt $phased:tt) => {
-        $crate::for_each_softmax_kernel!(@kinds $apply
-            [forward backward scale_mask causal cross_entropy cross_entropy_backward]
-            $paths $phased
-            [(f32 4) (f16 8) (bf16 8)]);
-    };
-    (@kinds $apply:ident [$($kind:ident)*] $paths:tt $phased:tt $dtypes:tt) => {
-        $($crate::for_each_softmax_kernel!(@kind $apply $kind $paths $phased $dtypes);)*
-    };
-    (@kind $apply:ident $kind:ident [$(($path:ident $code:literal))*] [$(($phased:ident $phased_code:literal))*]
-        $dtypes:tt) => {
-        $($crate::for_each_softmax_kernel!(@dtypes $apply $kind $path $code $dtypes);)*
-        $($crate::for_each_softmax_kernel!(@widest $apply $kind $phased $phased_code $dtypes);)*
-    };
-    (@dtypes $apply:ident $kind:ident $path:ident $code:literal [$(($dtype:ident $pack:literal))*]) => {
-        $($apply!($kind $path $code $dtype $pack); $apply!($kind $path $code $dtype 1);)*
-    };
-    (@widest $apply:ident $kind:ident $path:ident $code:literal [$(($dtype:ident $pack:literal))*]) => {
-        $($apply!($kind $path $code $dtype $pack);)*
-    };
-}
-
-/// [`for_each_softmax_kernel`] for the cluster path: the cluster module's kernels.
-#[macro_export]
-macro_rules! for_each_softmax_cluster_kernel {
-    ($apply:ident) => {
-        $crate::for_each_softmax_kernel!(@paths $apply [(cluster 2)] [(cluster_phased 5)]);
-    };
-}
-
 /// Parameters of the LayerNorm and RMSNorm row kernels (forward, residual-add forward,
 /// backward), passed by value.
 #[repr(C)]
@@ -345,6 +232,17 @@ impl RowArgs for NormArgs {
 /// each lane owning one pack of columns.
 pub const NORM_PARAM_GRAD_WARPS: u32 = 8;
 
+/// Columns of a parameter-gradient stage-1 tile at pack `pack`: a pack per lane of a warp.
+pub const fn norm_param_grad_tile_cols(pack: usize) -> usize {
+    32 * pack
+}
+
+/// Dynamic shared memory of a stage-1 block at pack `pack`: each warp's two f32 sums per
+/// column of its tile, added in a fixed order.
+pub const fn norm_param_grad_shared_bytes(pack: usize) -> u32 {
+    (2 * norm_param_grad_tile_cols(pack) * NORM_PARAM_GRAD_WARPS as usize * size_of::<f32>()) as u32
+}
+
 /// Parameters of the two-stage dgamma/dbeta reduction: stage 1 (`param_grad`) writes
 /// per-chunk column sums to `partial`; stage 2 (`param_grad_sum`) adds the chunks in order.
 #[repr(C)]
@@ -369,73 +267,6 @@ pub struct NormParamGradArgs {
     /// 1 for RMSNorm (no mean, no beta).
     pub rms: u32,
     pub reserved: u32,
-}
-
-/// The exported symbol of a norm kernel: `rill_norm_<kind>_<path>_<x>_<y>_<param>_p<pack>`.
-#[macro_export]
-macro_rules! norm_symbol {
-    ($kind:ident, $path:ident, $x:ident, $y:ident, $param:ident, $pack:literal) => {
-        concat!(
-            "rill_norm_",
-            stringify!($kind),
-            "_",
-            stringify!($path),
-            "_",
-            stringify!($x),
-            "_",
-            stringify!($y),
-            "_",
-            stringify!($param),
-            "_p",
-            stringify!($pack)
-        )
-    };
-}
-
-/// Calls `$apply!(kind path code x y param pack)` for every norm row kernel of the main
-/// module: the forwards for each (x, y, gamma/beta) dtype triple, output casts included;
-/// the backward for the triples whose output is the input dtype; each path; the widest pack
-/// and pack 1. `@paths [...]` gives the same table for other paths.
-#[macro_export]
-macro_rules! for_each_norm_kernel {
-    ($apply:ident) => {
-        $crate::for_each_norm_kernel!(@paths $apply
-            [(warp8 8) (warp16 16) (warp24 24) (warp32 32) (shared 1) (uncached 0)]);
-    };
-    (@paths $apply:ident $paths:tt) => {
-        $crate::for_each_norm_kernel!(@kinds $apply [forward add_forward] $paths
-            [(f32 f32 f32 4) (f16 f16 f16 8) (f16 f16 f32 8) (bf16 bf16 bf16 8) (bf16 bf16 f32 8)
-             (f32 f16 f32 4) (f32 bf16 f32 4)]);
-        $crate::for_each_norm_kernel!(@kinds $apply [backward] $paths
-            [(f32 f32 f32 4) (f16 f16 f16 8) (f16 f16 f32 8) (bf16 bf16 bf16 8) (bf16 bf16 f32 8)]);
-    };
-    (@kinds $apply:ident [$($kind:ident)*] $paths:tt $types:tt) => {
-        $($crate::for_each_norm_kernel!(@kind $apply $kind $paths $types);)*
-    };
-    (@kind $apply:ident $kind:ident [$(($path:ident $code:literal))*] $types:tt) => {
-        $($crate::for_each_norm_kernel!(@types $apply $kind $path $code $types);)*
-    };
-    (@types $apply:ident $kind:ident $path:ident $code:literal [$(($x:ident $y:ident $param:ident $pack:literal))*]) => {
-        $($apply!($kind $path $code $x $y $param $pack); $apply!($kind $path $code $x $y $param 1);)*
-    };
-}
-
-/// [`for_each_norm_kernel`] for the cluster path: the cluster module's kernels.
-#[macro_export]
-macro_rules! for_each_norm_cluster_kernel {
-    ($apply:ident) => {
-        $crate::for_each_norm_kernel!(@paths $apply [(cluster 2)]);
-    };
-}
-
-/// Calls `$apply!(x pack)` for each parameter-gradient stage-1 kernel (per input dtype) and
-/// `$apply!(param)` through `$sum` for each stage-2 kernel (per parameter dtype).
-#[macro_export]
-macro_rules! for_each_norm_param_grad_kernel {
-    ($stage1:ident, $stage2:ident) => {
-        $stage1!(f32 4); $stage1!(f32 1); $stage1!(f16 8); $stage1!(f16 1); $stage1!(bf16 8); $stage1!(bf16 1);
-        $stage2!(f32); $stage2!(f16); $stage2!(bf16);
-    };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -463,27 +294,4 @@ pub struct NormLadderArgs {
     pub eps: f32,
     /// `1 / cols`, so no kernel divides.
     pub inv_cols: f32,
-}
-
-/// The exported symbol of a ladder kernel: `rill_norm_ladder_<rung>_<dtype>`.
-#[macro_export]
-macro_rules! norm_ladder_symbol {
-    ($rung:ident, $dtype:ident) => {
-        concat!("rill_norm_ladder_", stringify!($rung), "_", stringify!($dtype))
-    };
-}
-
-/// Every ladder kernel, as `rung: dtype pack, ...;` (pack: elements per access, 1 but for
-/// the vectorized rung's 16 bytes). The device instantiates an entry point per rung and
-/// dtype; the host builds its symbol table from the same list.
-#[macro_export]
-macro_rules! for_each_norm_ladder_kernel {
-    ($apply:ident) => {
-        $apply! {
-            thread_per_row: f32 1, f16 1, bf16 1;
-            shared_tree: f32 1, f16 1, bf16 1;
-            warp_strided: f32 1, f16 1, bf16 1;
-            warp_vectorized: f32 4, f16 8, bf16 8;
-        }
-    };
 }

@@ -1,5 +1,5 @@
-//! The exported kernels, instantiated from the tables in [`crate::abi`]. Nothing else in
-//! the crate is `extern "ptx-kernel"`.
+//! The exported kernels, one entry point per kernel of the table in [`crate::table`].
+//! Nothing else in the crate is `extern "ptx-kernel"`.
 
 #[cfg(feature = "elementwise")]
 mod elementwise {
@@ -7,13 +7,13 @@ mod elementwise {
     use crate::functor::*;
     #[allow(unused_imports)]
     use crate::scalar::bf16;
-    use crate::{for_each_elementwise_kernel, kernel_symbol};
+    use crate::{elementwise_kernels, kernel_symbol};
 
     macro_rules! elementwise_entries {
         ($($op:ident $functor:ident $arity:literal: $($input:ident $output:ident),+;)+) => {
             $($(
                 const _: () = {
-                    #[unsafe(export_name = kernel_symbol!($op, $input, $output))]
+                    #[unsafe(export_name = kernel_symbol!($op $input $output))]
                     unsafe extern "ptx-kernel" fn entry(args: ElementwiseArgs) {
                         // SAFETY: the host validated `args` against this symbol's dtypes.
                         unsafe { crate::ops::elementwise::run::<$functor, $input, $output, $arity>(&args) }
@@ -23,85 +23,85 @@ mod elementwise {
         };
     }
 
-    for_each_elementwise_kernel!(elementwise_entries);
+    elementwise_kernels!(elementwise_entries);
 }
 
-/// A softmax-family entry point for `(kind path code dtype pack)`.
+/// The softmax-family entry points of `(Kind kind Path path dtype pack)` entries.
 #[cfg(feature = "softmax")]
-macro_rules! softmax_entry {
-    ($kind:ident $path:ident $code:literal $dtype:ident $pack:literal) => {
-        const _: () = {
-            #[unsafe(export_name = $crate::softmax_symbol!($kind, $path, $dtype, $pack))]
+macro_rules! softmax_entries {
+    ($(($K:ident $kind:ident $P:ident $path:ident $dtype:ident $pack:literal))*) => {
+        $(const _: () = {
+            #[unsafe(export_name = $crate::kernel_symbol!(softmax $kind $path $dtype; p $pack))]
             unsafe extern "ptx-kernel" fn entry(args: $crate::abi::SoftmaxArgs) {
                 #[allow(unused_imports)]
                 use $crate::scalar::bf16;
                 // SAFETY: the host validated `args` and planned the launch for this path.
-                unsafe { $crate::ops::softmax::$kind::<$dtype, $pack, $code>(&args) }
+                unsafe { $crate::ops::softmax::$kind::<$dtype, $pack, { $crate::table::RowPath::$P }>(&args) }
             }
-        };
+        };)*
     };
 }
 
-/// A norm row-kernel entry point for `(kind path code x y param pack)`.
+/// The norm row-kernel entry points of `(Kind kind Path path x y param pack)` entries.
 #[cfg(feature = "norm")]
-macro_rules! norm_entry {
-    ($kind:ident $path:ident $code:literal $x:ident $y:ident $param:ident $pack:literal) => {
-        const _: () = {
-            #[unsafe(export_name = $crate::norm_symbol!($kind, $path, $x, $y, $param, $pack))]
+macro_rules! norm_entries {
+    ($(($K:ident $kind:ident $P:ident $path:ident $x:ident $y:ident $param:ident $pack:literal))*) => {
+        $(const _: () = {
+            #[unsafe(export_name = $crate::kernel_symbol!(norm $kind $path $x $y $param; p $pack))]
             unsafe extern "ptx-kernel" fn entry(args: $crate::abi::NormArgs) {
                 #[allow(unused_imports)]
                 use $crate::scalar::bf16;
                 // SAFETY: the host validated `args` and planned the launch for this path.
-                unsafe { $crate::ops::norm::$kind::<$x, $y, $param, $pack, $code>(&args) }
+                unsafe { $crate::ops::norm::$kind::<$x, $y, $param, $pack, { $crate::table::RowPath::$P }>(&args) }
             }
-        };
+        };)*
     };
 }
 
 #[cfg(all(feature = "softmax", not(feature = "cluster")))]
-crate::for_each_softmax_kernel!(softmax_entry);
+crate::softmax_kernels!(main softmax_entries);
 
 #[cfg(all(feature = "norm", not(feature = "cluster")))]
 mod norm {
     use crate::abi::NormParamGradArgs;
     #[allow(unused_imports)]
     use crate::scalar::bf16;
-    use crate::{for_each_norm_kernel, for_each_norm_param_grad_kernel, norm_symbol};
+    use crate::{norm_param_grad_kernels, norm_param_grad_sum_symbol, norm_param_grad_symbol};
 
-    for_each_norm_kernel!(norm_entry);
+    crate::norm_kernels!(main norm_entries);
 
-    macro_rules! param_grad_entry {
-        ($x:ident $pack:literal) => {
-            const _: () = {
-                #[unsafe(export_name = norm_symbol!(param_grad, chunks, $x, f32, f32, $pack))]
+    macro_rules! param_grad_entries {
+        ($(($x:ident $pack:literal))*) => {
+            $(const _: () = {
+                #[unsafe(export_name = norm_param_grad_symbol!($x $pack))]
                 unsafe extern "ptx-kernel" fn entry(args: NormParamGradArgs) {
                     // SAFETY: the host validated `args` and sized grid and shared memory.
                     unsafe { crate::ops::norm::param_grad::<$x, $pack>(&args) }
                 }
-            };
+            };)*
         };
     }
 
-    macro_rules! param_grad_sum_entry {
-        ($param:ident) => {
-            const _: () = {
-                #[unsafe(export_name = norm_symbol!(param_grad_sum, columns, f32, f32, $param, 1))]
+    macro_rules! param_grad_sum_entries {
+        ($(($param:ident))*) => {
+            $(const _: () = {
+                #[unsafe(export_name = norm_param_grad_sum_symbol!($param))]
                 unsafe extern "ptx-kernel" fn entry(args: NormParamGradArgs) {
                     // SAFETY: the host validated `args`.
                     unsafe { crate::ops::norm::param_grad_sum::<$param>(&args) }
                 }
-            };
+            };)*
         };
     }
 
-    for_each_norm_param_grad_kernel!(param_grad_entry, param_grad_sum_entry);
+    norm_param_grad_kernels!(param_grad_entries, param_grad_sum_entries);
 }
 
 /// The cluster module: the softmax and norm kernels of the cluster path (sm_90).
 #[cfg(feature = "cluster")]
 mod cluster {
-    crate::for_each_softmax_cluster_kernel!(softmax_entry);
-    crate::for_each_norm_cluster_kernel!(norm_entry);
+    crate::softmax_kernels!(cluster softmax_entries);
+    crate::norm_kernels!(cluster norm_entries);
 }
 
 #[cfg(feature = "norm_ladder")]
@@ -109,22 +109,22 @@ mod norm_ladder {
     use crate::abi::NormLadderArgs;
     #[allow(unused_imports)]
     use crate::scalar::bf16;
-    use crate::{for_each_norm_ladder_kernel, norm_ladder_symbol};
+    use crate::{kernel_symbol, norm_ladder_kernels};
 
     macro_rules! norm_ladder_entries {
-        ($($rung:ident: $($dtype:ident $pack:literal),+;)+) => {
+        ($($rung:ident $name:ident $describe:literal: $($dtype:ident $pack:literal),+;)+) => {
             $($(
                 const _: () = {
-                    #[unsafe(export_name = norm_ladder_symbol!($rung, $dtype))]
+                    #[unsafe(export_name = kernel_symbol!(norm_ladder $name $dtype))]
                     unsafe extern "ptx-kernel" fn entry(args: NormLadderArgs) {
                         // SAFETY: the host validated `args` and chose the geometry and the
                         // alignment this rung needs.
-                        unsafe { crate::ops::norm_ladder::$rung::<$dtype, $pack>(&args) }
+                        unsafe { crate::ops::norm_ladder::$name::<$dtype, $pack>(&args) }
                     }
                 };
             )+)+
         };
     }
 
-    for_each_norm_ladder_kernel!(norm_ladder_entries);
+    norm_ladder_kernels!(norm_ladder_entries);
 }

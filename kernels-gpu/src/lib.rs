@@ -11,13 +11,14 @@
 //! `entry` instantiates the exported kernels from the tables in [`abi`].
 #![cfg_attr(target_arch = "nvptx64", no_std)]
 #![cfg_attr(target_arch = "nvptx64", feature(abi_ptx, stdarch_nvptx, asm_experimental_arch))]
-#![feature(f16)]
+#![feature(f16, adt_const_params)]
 
 pub mod abi;
 pub mod arch;
 pub mod functor;
 pub mod math;
 pub mod scalar;
+pub mod table;
 
 #[cfg(target_arch = "nvptx64")]
 pub mod reduce;

@@ -17,7 +17,7 @@ pub trait Words: Copy {
 }
 
 /// The largest reduction value, in words (the block scratch and cluster slots hold this).
-pub const MAX_WORDS: usize = 2;
+pub const MAX_WORDS: usize = crate::abi::REDUCE_WORDS;
 
 impl Words for f32 {
     const COUNT: usize = 1;

@@ -1,8 +1,8 @@
 //! CPU-only checks: the device functors' f32 math (compiled for the host) against the f64
 //! references, and the PTX the builder produced.
 
-use rill::PtxModule;
-use rill::elementwise::KERNELS;
+use rill::elementwise::ElementwiseOp;
+use rill::{KernelKey, Module};
 use rill_kernels_gpu::functor::*;
 use rill_tests::random::Rng;
 use rill_tests::reference::ELEMENTWISE_OPS;
@@ -67,28 +67,23 @@ fn kernel_body<'a>(ptx: &'a str, symbol: &str) -> &'a str {
 
 #[test]
 fn elementwise_kernels_use_16_byte_accesses_and_no_local_memory() {
-    let ptx = PtxModule::Elementwise.ptx();
-    for kernel in KERNELS {
-        let body = kernel_body(ptx, kernel.symbol);
-        assert!(
-            body.contains("ld.global.nc.v4.u32") || kernel.input.size() < kernel.output.size(),
-            "{}: no 16-byte load",
-            kernel.symbol
-        );
-        assert!(
-            body.contains("st.global.v4.u32") || kernel.output.size() < kernel.input.size(),
-            "{}: no 16-byte store",
-            kernel.symbol
-        );
-        assert!(!body.contains(".local"), "{}: uses local memory", kernel.symbol);
-        assert!(!body.contains("call"), "{}: calls a function (a panic path?)", kernel.symbol);
-        assert!(!body.contains("div.rn.f32") && !body.contains("div.full"), "{}: IEEE division", kernel.symbol);
+    let ptx = rill::ptx(Module::Elementwise).expect("embedded");
+    let kernels =
+        ElementwiseOp::ALL.iter().flat_map(|&op| op.dtypes().iter().map(move |&(input, output)| (op, input, output)));
+    for (op, input, output) in kernels {
+        let symbol = KernelKey::Elementwise { op, input, output }.symbol().expect("in the table");
+        let body = kernel_body(ptx, symbol);
+        assert!(body.contains("ld.global.nc.v4.u32") || input.size() < output.size(), "{symbol}: no 16-byte load");
+        assert!(body.contains("st.global.v4.u32") || output.size() < input.size(), "{symbol}: no 16-byte store");
+        assert!(!body.contains(".local"), "{symbol}: uses local memory");
+        assert!(!body.contains("call"), "{symbol}: calls a function (a panic path?)");
+        assert!(!body.contains("div.rn.f32") && !body.contains("div.full"), "{symbol}: IEEE division");
     }
 }
 
 #[test]
 fn paired_16_bit_ops_use_half2_instructions() {
-    let ptx = PtxModule::Elementwise.ptx();
+    let ptx = rill::ptx(Module::Elementwise).expect("embedded");
     for (symbol, instruction) in [
         ("rill_add_f16_f16", "fma.rn.f16x2"),
         ("rill_mul_bf16_bf16", "fma.rn.bf16x2"),
@@ -101,8 +96,8 @@ fn paired_16_bit_ops_use_half2_instructions() {
 }
 
 /// Every exported kernel of `module`: (symbol, body).
-fn kernels_of(module: PtxModule) -> Vec<(String, String)> {
-    let ptx = module.ptx();
+fn kernels_of(module: Module) -> Vec<(String, String)> {
+    let ptx = rill::ptx(module).expect("embedded");
     ptx.match_indices(".entry ")
         .map(|(at, _)| {
             let name: String = ptx[at + 7..].chars().take_while(|c| *c != '(').collect();
@@ -113,7 +108,7 @@ fn kernels_of(module: PtxModule) -> Vec<(String, String)> {
 
 #[test]
 fn softmax_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
-    let kernels = kernels_of(PtxModule::Softmax);
+    let kernels = kernels_of(Module::Softmax);
     // Kinds x (paths x dtypes x packs + phased block paths x dtypes at the widest pack).
     assert_eq!(kernels.len(), 6 * (6 * 3 * 2 + 2 * 3), "softmax kernels");
     for (name, body) in &kernels {
@@ -174,9 +169,9 @@ fn check_row_loads(name: &str, body: &str, widest_pack: bool, plain: bool) {
 
 #[test]
 fn cluster_kernels_reduce_through_distributed_shared_memory() {
-    let ptx = PtxModule::Cluster.ptx();
+    let ptx = rill::ptx(Module::Cluster).expect("embedded");
     assert!(ptx.contains(".target sm_90"), "the cluster module must target sm_90");
-    let kernels = kernels_of(PtxModule::Cluster);
+    let kernels = kernels_of(Module::Cluster);
     // Softmax: 6 kinds x 3 dtypes x (2 packs + phased); norms: (7 + 7 + 5) dtype triples x 2 packs.
     assert_eq!(kernels.len(), 6 * 3 * 3 + (7 + 7 + 5) * 2, "cluster kernels");
     for (name, body) in &kernels {
@@ -213,27 +208,28 @@ fn cluster_kernels_reduce_through_distributed_shared_memory() {
 
 #[test]
 fn norm_ladder_kernels_are_one_per_rung_and_dtype_and_climb_as_the_article() {
-    use rill::norm_ladder::{KERNELS as LADDER, Rung};
-    let ptx = PtxModule::NormLadder.ptx();
+    use rill::norm_ladder::Rung;
+    let ptx = rill::ptx(Module::NormLadder).expect("the tests enable norm-ladder");
     assert_eq!(ptx.matches(".entry ").count(), Rung::ALL.len() * 3, "rungs x dtypes");
-    assert_eq!(LADDER.len(), Rung::ALL.len() * 3);
-    for kernel in LADDER {
-        let name = kernel.symbol;
-        let body = kernel_body(ptx, name);
-        assert!(!body.contains(".local"), "{name}: uses local memory");
-        assert!(!body.contains("call"), "{name}: calls a function (a panic path?)");
-        let vectorized = kernel.rung == Rung::WarpVectorized;
-        assert_eq!(body.contains("ld.global.nc.v4.u32"), vectorized, "{name}: 16-byte loads on rung 4 only");
-        assert_eq!(body.contains("st.global.v4.u32"), vectorized, "{name}: 16-byte stores on rung 4 only");
-        let shuffles = matches!(kernel.rung, Rung::WarpStrided | Rung::WarpVectorized);
-        assert_eq!(body.contains("shfl.sync.bfly.b32"), shuffles, "{name}: shuffles on rungs 3 and 4 only");
-        assert_eq!(body.contains("bar.sync"), kernel.rung != Rung::ThreadPerRow, "{name}: barriers");
+    for rung in Rung::ALL {
+        for dtype in [rill::DType::F32, rill::DType::F16, rill::DType::BF16] {
+            let name = KernelKey::NormLadder { rung, dtype }.symbol().expect("in the table");
+            let body = kernel_body(ptx, name);
+            assert!(!body.contains(".local"), "{name}: uses local memory");
+            assert!(!body.contains("call"), "{name}: calls a function (a panic path?)");
+            let vectorized = rung == Rung::WarpVectorized;
+            assert_eq!(body.contains("ld.global.nc.v4.u32"), vectorized, "{name}: 16-byte loads on rung 4 only");
+            assert_eq!(body.contains("st.global.v4.u32"), vectorized, "{name}: 16-byte stores on rung 4 only");
+            let shuffles = matches!(rung, Rung::WarpStrided | Rung::WarpVectorized);
+            assert_eq!(body.contains("shfl.sync.bfly.b32"), shuffles, "{name}: shuffles on rungs 3 and 4 only");
+            assert_eq!(body.contains("bar.sync"), rung != Rung::ThreadPerRow, "{name}: barriers");
+        }
     }
 }
 
 #[test]
 fn norm_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
-    let kernels = kernels_of(PtxModule::Norm);
+    let kernels = kernels_of(Module::Norm);
     // Forward and residual-add forward for 7 dtype triples, the backward for 5, on 6 paths
     // with 2 packs each; then the parameter gradients' 6 stage-1 and 3 stage-2 kernels.
     assert_eq!(kernels.len(), (2 * 7 + 5) * 6 * 2 + 6 + 3, "kinds x dtypes x paths x packs + param grads");

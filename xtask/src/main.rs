@@ -46,6 +46,7 @@ fn build_ptx(args: &[String]) -> Result<(), String> {
         target_dir: root.join("target").join("ptx-build"),
         out_dir,
         arch,
+        modules: rill_builder::Module::ALL.to_vec(),
     };
     for path in build.run().map_err(|e| e.to_string())? {
         println!("wrote {}", path.display());

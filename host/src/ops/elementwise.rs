@@ -7,52 +7,27 @@
 use crate::Stream;
 use crate::error::{Error, Result, invalid};
 use crate::launch::{LaunchConfig, grid_stride_blocks, launch};
-use crate::module::PtxModule;
+use crate::module::KernelKey;
 use crate::tensor::{AsView, AsViewMut, DType, Element, View};
 use rill_kernels_gpu::abi::{
     ELEMENTWISE_BLOCK_SIZE, ELEMENTWISE_MAX_INPUTS, ELEMENTWISE_PACKS_PER_THREAD, ElementwiseArgs, max_pack,
 };
-use rill_kernels_gpu::{dtype_of, for_each_elementwise_kernel, kernel_symbol};
 
-/// One exported elementwise kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KernelEntry {
-    pub op: &'static str,
-    pub arity: usize,
-    pub input: DType,
-    pub output: DType,
-    pub symbol: &'static str,
-}
+pub use rill_kernels_gpu::table::ElementwiseOp;
 
-macro_rules! kernel_entries {
-    ($($op:ident $functor:ident $arity:literal: $($input:ident $output:ident),+;)+) => {
-        &[$($(KernelEntry {
-            op: stringify!($op),
-            arity: $arity,
-            input: dtype_of!($input),
-            output: dtype_of!($output),
-            symbol: kernel_symbol!($op, $input, $output),
-        },)+)+]
-    };
-}
-
-/// Every elementwise kernel in the PTX, from the table the device crate instantiates.
-pub const KERNELS: &[KernelEntry] = for_each_elementwise_kernel!(kernel_entries);
-
-fn kernel_entry(op: &str, input: DType, output: DType) -> Result<&'static KernelEntry> {
-    KERNELS.iter().find(|k| k.op == op && k.input == input && k.output == output).ok_or_else(|| {
-        Error::Unsupported(format!(
-            "elementwise `{op}` from {} to {}; supported: {}",
-            input.name(),
-            output.name(),
-            KERNELS
-                .iter()
-                .filter(|k| k.op == op)
-                .map(|k| format!("{}->{}", k.input.name(), k.output.name()))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))
-    })
+/// `op`'s kernel from `input` to `output`, or what it supports.
+fn kernel_key(op: ElementwiseOp, input: DType, output: DType) -> Result<KernelKey> {
+    if op.dtypes().contains(&(input, output)) {
+        return Ok(KernelKey::Elementwise { op, input, output });
+    }
+    let supported: Vec<_> = op.dtypes().iter().map(|(i, o)| format!("{}->{}", i.name(), o.name())).collect();
+    Err(Error::Unsupported(format!(
+        "elementwise `{}` from {} to {}; supported: {}",
+        op.name(),
+        input.name(),
+        output.name(),
+        supported.join(", ")
+    )))
 }
 
 /// The widest pack (elements per vectorized access, a power of two up to `max_pack`) that
@@ -87,14 +62,15 @@ pub fn launch_config(len: usize, pack: usize, device: &crate::DeviceInfo) -> Lau
 /// row vector whose length divides the output's trailing dimension.
 fn run<I: Element, O: Element>(
     stream: &Stream,
-    op: &'static str,
+    op: ElementwiseOp,
     inputs: &[View<'_, I>],
     broadcast: bool,
     output: &mut impl AsViewMut<O>,
 ) -> Result<()> {
-    let entry = kernel_entry(op, I::DTYPE, O::DTYPE)?;
+    let key = kernel_key(op, I::DTYPE, O::DTYPE)?;
     let output = output.as_view_mut();
-    debug_assert!(inputs.len() == entry.arity && inputs.len() <= ELEMENTWISE_MAX_INPUTS);
+    debug_assert!(inputs.len() == op.arity() && inputs.len() <= ELEMENTWISE_MAX_INPUTS);
+    let op = op.name();
     let (same_shape, broadcast_input) = if broadcast { inputs.split_at(inputs.len() - 1) } else { (inputs, &[][..]) };
     for (k, input) in same_shape.iter().enumerate() {
         if input.shape() != output.shape() {
@@ -139,54 +115,54 @@ fn run<I: Element, O: Element>(
     };
     let gpu = stream.gpu();
     gpu.bind()?;
-    let kernel = gpu.modules().kernel(PtxModule::Elementwise, entry.symbol)?;
+    let kernel = gpu.modules().kernel(key)?;
     let config = launch_config(output.len(), pack, gpu.info());
-    // SAFETY: `entry.symbol` takes ElementwiseArgs with these dtypes; every input has the
+    // SAFETY: the kernel of `key` takes ElementwiseArgs with these dtypes; every input has the
     // output's length (the bias `broadcast_len`), all views borrow live allocations, and
     // `pack` divides every address's alignment and the broadcast length.
     unsafe { launch(stream, kernel, config, &args) }
 }
 
 macro_rules! unary_ops {
-    ($($(#[$doc:meta])* $name:ident;)+) => {$(
+    ($($(#[$doc:meta])* $name:ident $op:ident;)+) => {$(
         $(#[$doc])*
         pub fn $name<T: Element>(stream: &Stream, x: &impl AsView<T>, y: &mut impl AsViewMut<T>) -> Result<()> {
-            run::<T, T>(stream, stringify!($name), &[x.as_view()], false, y)
+            run::<T, T>(stream, ElementwiseOp::$op, &[x.as_view()], false, y)
         }
     )+};
 }
 
 unary_ops! {
     /// `y = max(x, 0)` (NaN stays NaN).
-    relu;
+    relu Relu;
     /// `y = x/2 * (1 + erf(x/sqrt(2)))`, PyTorch's `gelu(approximate="none")`.
-    gelu;
+    gelu Gelu;
     /// `y = x/2 * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, PyTorch's `gelu(approximate="tanh")`.
-    gelu_tanh;
+    gelu_tanh GeluTanh;
     /// `y = x * sigmoid(x)`.
-    silu;
+    silu Silu;
     /// `y = 1 / (1 + e^-x)`.
-    sigmoid;
+    sigmoid Sigmoid;
 }
 
 macro_rules! binary_ops {
-    ($($(#[$doc:meta])* $name:ident;)+) => {$(
+    ($($(#[$doc:meta])* $name:ident $op:ident;)+) => {$(
         $(#[$doc])*
         pub fn $name<T: Element>(stream: &Stream, a: &impl AsView<T>, b: &impl AsView<T>, y: &mut impl AsViewMut<T>) -> Result<()> {
-            run::<T, T>(stream, stringify!($name), &[a.as_view(), b.as_view()], false, y)
+            run::<T, T>(stream, ElementwiseOp::$op, &[a.as_view(), b.as_view()], false, y)
         }
     )+};
 }
 
 binary_ops! {
     /// `y = a + b`.
-    add;
+    add Add;
     /// `y = a - b`.
-    sub;
+    sub Sub;
     /// `y = a * b`.
-    mul;
+    mul Mul;
     /// `y = a / b` (within 2 ulp of f32 division; computed with the fast reciprocal).
-    div;
+    div Div;
 }
 
 /// `y = a * b + c`, rounded once (PyTorch's `addcmul(c, a, b)`).
@@ -197,7 +173,7 @@ pub fn fma<T: Element>(
     c: &impl AsView<T>,
     y: &mut impl AsViewMut<T>,
 ) -> Result<()> {
-    run::<T, T>(stream, "fma", &[a.as_view(), b.as_view(), c.as_view()], false, y)
+    run::<T, T>(stream, ElementwiseOp::Fma, &[a.as_view(), b.as_view(), c.as_view()], false, y)
 }
 
 /// `y = gelu(x + bias)`, the bias (shape `[cols]`) broadcast along the rows of `x`
@@ -208,7 +184,7 @@ pub fn bias_add_gelu<T: Element>(
     bias: &impl AsView<T>,
     y: &mut impl AsViewMut<T>,
 ) -> Result<()> {
-    run::<T, T>(stream, "bias_add_gelu", &[x.as_view(), bias.as_view()], true, y)
+    run::<T, T>(stream, ElementwiseOp::BiasAddGelu, &[x.as_view(), bias.as_view()], true, y)
 }
 
 /// `y = x` converted to another dtype, rounding to nearest even.
@@ -216,7 +192,7 @@ pub fn cast<I: Element, O: Element>(stream: &Stream, x: &impl AsView<I>, y: &mut
     if I::DTYPE == O::DTYPE {
         invalid!("cast from {} to itself: use `copy`", I::DTYPE.name());
     }
-    run::<I, O>(stream, "cast", &[x.as_view()], false, y)
+    run::<I, O>(stream, ElementwiseOp::Cast, &[x.as_view()], false, y)
 }
 
 #[cfg(test)]
@@ -244,25 +220,17 @@ mod tests {
 
     #[test]
     fn every_op_has_a_kernel_for_every_float_dtype() {
-        for op in ["relu", "gelu", "gelu_tanh", "silu", "sigmoid", "add", "sub", "mul", "div", "fma", "bias_add_gelu"] {
+        for op in ElementwiseOp::ALL.into_iter().filter(|&op| op != ElementwiseOp::Cast) {
             for dtype in [DType::F32, DType::F16, DType::BF16] {
-                assert!(kernel_entry(op, dtype, dtype).is_ok(), "{op} {dtype:?}");
+                let key = kernel_key(op, dtype, dtype).unwrap_or_else(|e| panic!("{op:?} {dtype:?}: {e}"));
+                assert!(key.symbol().is_some_and(|s| s.starts_with("rill_")), "{op:?} {dtype:?}");
             }
         }
         for from in [DType::F32, DType::F16, DType::BF16] {
             for to in [DType::F32, DType::F16, DType::BF16] {
-                assert_eq!(kernel_entry("cast", from, to).is_ok(), from != to);
+                assert_eq!(kernel_key(ElementwiseOp::Cast, from, to).is_ok(), from != to);
             }
         }
-    }
-
-    #[test]
-    fn symbols_are_unique_and_prefixed() {
-        let mut symbols: Vec<_> = KERNELS.iter().map(|k| k.symbol).collect();
-        symbols.sort();
-        symbols.dedup();
-        assert_eq!(symbols.len(), KERNELS.len());
-        assert!(symbols.iter().all(|s| s.starts_with("rill_")));
     }
 
     #[test]

@@ -2,6 +2,9 @@
 
 pub mod elementwise;
 pub mod norm;
+/// The RMSNorm optimization ladder: the benchmark's naive comparators, not part of the
+/// library (the `norm-ladder` feature).
+#[cfg(feature = "norm-ladder")]
 pub mod norm_ladder;
 mod rows;
 pub mod softmax;

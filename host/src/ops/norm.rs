@@ -24,17 +24,18 @@ pub use super::rows::dispatch::{Path, PathKind, Plan};
 /// registers of row) and ran at 65-70% of copy at 1024 columns on the H100, where the
 /// shared path reached 86-100%.
 const BACKWARD_WARP_MAX_COLS: usize = 512;
-use super::rows::{RowCall, check_aligned, rows_cols, same_shape};
-use crate::Stream;
+use super::rows::{RowCall, RowKernels, check_aligned, rows_cols, same_shape};
 use crate::error::{DriverContext, Error, Result, invalid};
 use crate::launch::{LaunchConfig, grid_stride_blocks, launch};
-use crate::module::PtxModule;
+use crate::module::KernelKey;
 use crate::tensor::{AsView, AsViewMut, DType, Element, View, ViewMut};
+use crate::{DeviceInfo, Stream};
 use cust::memory::DeviceBuffer;
-use rill_kernels_gpu::abi::{NORM_PARAM_GRAD_WARPS, NormArgs, NormParamGradArgs, max_pack};
-use rill_kernels_gpu::{
-    dtype_of, for_each_norm_cluster_kernel, for_each_norm_kernel, for_each_norm_param_grad_kernel, norm_symbol,
+use rill_kernels_gpu::abi::{
+    NORM_PARAM_GRAD_WARPS, NormArgs, NormParamGradArgs, max_pack, norm_param_grad_shared_bytes,
+    norm_param_grad_tile_cols,
 };
+use rill_kernels_gpu::table::{NormKernelKind, RowPath};
 
 /// Which norm: LayerNorm centers and scales, `(x - mean) * rstd * weight + bias`; RMSNorm
 /// only scales, `x * rstd * weight` with `rstd = 1 / sqrt(mean(x^2) + eps)`.
@@ -53,44 +54,9 @@ impl NormKind {
     }
 }
 
-/// The exported symbol of norm row kernel `kind` on `path`, if there is one.
-fn symbol(kind: &str, path: &str, dtypes: (DType, DType, DType), pack: usize) -> Option<&'static str> {
-    macro_rules! find {
-        ($kind:ident $path:ident $code:literal $x:ident $y:ident $param:ident $pack:literal) => {
-            if kind == stringify!($kind)
-                && path == stringify!($path)
-                && dtypes == (dtype_of!($x), dtype_of!($y), dtype_of!($param))
-                && pack == $pack
-            {
-                return Some(norm_symbol!($kind, $path, $x, $y, $param, $pack));
-            }
-        };
-    }
-    for_each_norm_kernel!(find);
-    for_each_norm_cluster_kernel!(find);
-    None
-}
-
-/// The stage-1 (by input dtype and pack) and stage-2 (by parameter dtype) symbols of the
-/// dweight/dbias reduction.
-fn param_grad_symbols(x: DType, pack: usize, param: DType) -> (Option<&'static str>, Option<&'static str>) {
-    let (mut stage1, mut stage2) = (None, None);
-    macro_rules! find1 {
-        ($x:ident $pack:literal) => {
-            if x == dtype_of!($x) && pack == $pack {
-                stage1 = Some(norm_symbol!(param_grad, chunks, $x, f32, f32, $pack));
-            }
-        };
-    }
-    macro_rules! find2 {
-        ($param:ident) => {
-            if param == dtype_of!($param) {
-                stage2 = Some(norm_symbol!(param_grad_sum, columns, f32, f32, $param, 1));
-            }
-        };
-    }
-    for_each_norm_param_grad_kernel!(find1, find2);
-    (stage1, stage2)
+/// Whether the norm row kernels include `kind` for these (x, y, weight) dtypes.
+fn has_kernels(kind: NormKernelKind, dtypes: (DType, DType, DType)) -> bool {
+    KernelKey::Norm { kind, path: RowPath::Uncached, dtypes, pack: 1 }.symbol().is_some()
 }
 
 /// A forward call: `y = norm(x)` or, with a residual, `sum = x + residual; y = norm(sum)`.
@@ -282,8 +248,8 @@ impl Norm {
         check_eps(op, eps)?;
         same_shape(op, "the output", call.y.shape(), call.x.shape())?;
         let dtypes = (T::DTYPE, U::DTYPE, G::DTYPE);
-        let kernel_kind = if call.residual.is_some() { "add_forward" } else { "forward" };
-        if symbol(kernel_kind, "uncached", dtypes, 1).is_none() {
+        let kernel_kind = if call.residual.is_some() { NormKernelKind::AddForward } else { NormKernelKind::Forward };
+        if !has_kernels(kernel_kind, dtypes) {
             return Err(Error::Unsupported(format!(
                 "`{op}` has no kernel for input {}, output {}, weight {}: the output is the input's dtype (or f16/bf16 \
                  from f32), the weight and bias f32 or the input's dtype",
@@ -332,11 +298,9 @@ impl Norm {
             check_per_row(op, "rstd", rstd.shape(), rstd.address(), rows)?;
             args.rstd = rstd.address();
         }
-        let symbol = |path: &str, pack: usize| symbol(kernel_kind, path, dtypes, pack);
         RowCall {
             op,
-            module: PtxModule::Norm,
-            symbol: &symbol,
+            kernels: RowKernels::Norm { kind: kernel_kind, dtypes },
             widest: max_pack(size_of::<T>(), size_of::<U>()),
             rows,
             cols,
@@ -375,7 +339,7 @@ impl Norm {
         same_shape(op, "dy", call.dy.shape(), call.x.shape())?;
         same_shape(op, "dx", call.dx.shape(), call.x.shape())?;
         let dtypes = (T::DTYPE, T::DTYPE, G::DTYPE);
-        if symbol("backward", "uncached", dtypes, 1).is_none() {
+        if !has_kernels(NormKernelKind::Backward, dtypes) {
             return Err(Error::Unsupported(format!(
                 "`{op}` has no kernel for input {} with weight {}: the weight is f32 or the input's dtype",
                 T::DTYPE.name(),
@@ -420,11 +384,9 @@ impl Norm {
                 check_aligned(op, what, grad.address(), size_of::<G>() as u64)?;
             }
         }
-        let symbol = |path: &str, pack: usize| symbol("backward", path, dtypes, pack);
         let plan = RowCall {
             op,
-            module: PtxModule::Norm,
-            symbol: &symbol,
+            kernels: RowKernels::Norm { kind: NormKernelKind::Backward, dtypes },
             widest: max_pack(size_of::<T>(), size_of::<T>()),
             rows,
             cols,
@@ -465,9 +427,10 @@ impl Norm {
 
 /// How stage 1 of the parameter gradients splits the rows: enough blocks for two waves,
 /// chunks of at least 32 rows (the partial sums stay small beside the input).
-pub fn param_grad_chunks(rows: usize, cols: usize, pack: usize, multiprocessors: u32) -> (u64, u64) {
-    let tiles = cols.div_ceil(32 * pack) as u64;
-    let resident = multiprocessors as u64 * (2048 / (NORM_PARAM_GRAD_WARPS as u64 * 32));
+pub fn param_grad_chunks(rows: usize, cols: usize, pack: usize, device: &DeviceInfo) -> (u64, u64) {
+    let tiles = cols.div_ceil(norm_param_grad_tile_cols(pack)) as u64;
+    let threads_per_block = NORM_PARAM_GRAD_WARPS * 32;
+    let resident = device.multiprocessors as u64 * (device.max_threads_per_multiprocessor / threads_per_block) as u64;
     let max_chunks = (rows as u64 / 32).max(1);
     let chunks = (2 * resident / tiles).clamp(1, max_chunks);
     let rows_per_chunk = (rows as u64).div_ceil(chunks);
@@ -482,26 +445,24 @@ fn param_grads<T: Element, G: Element>(
     mut args: NormParamGradArgs,
     pack: usize,
 ) -> Result<()> {
-    let (Some(stage1), Some(stage2)) = param_grad_symbols(T::DTYPE, pack, G::DTYPE) else {
-        return Err(Error::Unsupported(format!("`{op}`: no parameter-gradient kernel for {}", T::DTYPE.name())));
-    };
     let gpu = stream.gpu();
     let device = gpu.info();
     let (rows, cols) = (args.rows as usize, args.cols as usize);
-    (args.rows_per_chunk, args.chunks) = param_grad_chunks(rows, cols, pack, device.multiprocessors);
-    let stage1 = gpu.modules().kernel(PtxModule::Norm, stage1)?;
-    let stage2 = gpu.modules().kernel(PtxModule::Norm, stage2)?;
+    (args.rows_per_chunk, args.chunks) = param_grad_chunks(rows, cols, pack, device);
+    let unsupported = |_| Error::Unsupported(format!("`{op}`: no parameter-gradient kernel for {}", T::DTYPE.name()));
+    let stage1 = gpu.modules().kernel(KernelKey::NormParamGrad { x: T::DTYPE, pack }).map_err(unsupported)?;
+    let stage2 = gpu.modules().kernel(KernelKey::NormParamGradSum { param: G::DTYPE }).map_err(unsupported)?;
     let partial_len = 2 * args.chunks as usize * cols;
     // SAFETY: stage 1 writes every partial sum stage 2 reads, before it on the same stream.
     let partial =
         unsafe { DeviceBuffer::<f32>::uninitialized_async(partial_len, stream.raw()) }.during("cuMemAllocAsync")?;
     args.partial = partial.as_device_ptr().as_raw();
     let block = NORM_PARAM_GRAD_WARPS * 32;
-    let tiles = cols.div_ceil(32 * pack) as u32;
+    let tiles = cols.div_ceil(norm_param_grad_tile_cols(pack)) as u32;
     let stage1_config = LaunchConfig {
         grid: tiles * args.chunks as u32,
         block,
-        shared_bytes: (2 * pack * block as usize * size_of::<f32>()) as u32,
+        shared_bytes: norm_param_grad_shared_bytes(pack),
         cluster: 1,
     };
     let stage2_config =
@@ -532,30 +493,34 @@ mod tests {
             (f32_, f16_, f32_),
             (f32_, bf16_, f32_),
         ];
-        for path in ["warp8", "warp16", "warp24", "warp32", "shared", "uncached", "cluster"] {
+        let paths = [RowPath::WARP.as_slice(), &[RowPath::Shared, RowPath::Uncached, RowPath::Cluster]].concat();
+        for &path in &paths {
             for dtypes in forward {
                 let pack = max_pack(dtypes.0.size(), dtypes.1.size());
-                for kind in ["forward", "add_forward"] {
-                    assert!(symbol(kind, path, dtypes, pack).is_some(), "{kind} {path} {dtypes:?}");
-                    assert!(symbol(kind, path, dtypes, 1).is_some());
+                let key = |kind, pack| KernelKey::Norm { kind, path, dtypes, pack };
+                for kind in [NormKernelKind::Forward, NormKernelKind::AddForward] {
+                    assert!(key(kind, pack).symbol().is_some(), "{kind:?} {path:?} {dtypes:?}");
+                    assert!(key(kind, 1).symbol().is_some());
                 }
-                let backward = symbol("backward", path, dtypes, pack).is_some();
-                assert_eq!(backward, dtypes.0 == dtypes.1, "{path} {dtypes:?}");
+                let backward = key(NormKernelKind::Backward, pack).symbol().is_some();
+                assert_eq!(backward, dtypes.0 == dtypes.1, "{path:?} {dtypes:?}");
             }
         }
-        assert!(symbol("forward", "warp8", (f16_, f32_, f32_), 8).is_none());
+        assert!(!has_kernels(NormKernelKind::Forward, (f16_, f32_, f32_)));
         for (x, pack) in [(f32_, 4), (f16_, 8), (bf16_, 8)] {
-            for param in [f32_, f16_, bf16_] {
-                let (one, two) = param_grad_symbols(x, pack, param);
-                assert!(one.is_some() && two.is_some() && param_grad_symbols(x, 1, param).0.is_some());
-            }
+            assert!(KernelKey::NormParamGrad { x, pack }.symbol().is_some());
+            assert!(KernelKey::NormParamGrad { x, pack: 1 }.symbol().is_some());
+        }
+        for param in [f32_, f16_, bf16_] {
+            assert!(KernelKey::NormParamGradSum { param }.symbol().is_some());
         }
     }
 
     #[test]
     fn param_grad_chunks_cover_the_rows_in_chunks_of_at_least_32() {
+        let device = crate::launch::tests::h100();
         for (rows, cols, pack) in [(49152, 4096, 8), (49152, 128, 8), (1, 1, 1), (33, 5, 1), (4096, 65536, 4)] {
-            let (per_chunk, chunks) = param_grad_chunks(rows, cols, pack, 132);
+            let (per_chunk, chunks) = param_grad_chunks(rows, cols, pack, &device);
             assert!(per_chunk * chunks >= rows as u64 && per_chunk * (chunks - 1) < rows as u64);
             assert!(per_chunk >= 32 || chunks == 1, "{rows} {cols}: {per_chunk} x {chunks}");
         }

@@ -22,106 +22,11 @@
 use crate::Stream;
 use crate::error::{Error, Result, invalid};
 use crate::launch::{LaunchConfig, launch};
-use crate::module::PtxModule;
+use crate::module::KernelKey;
 use crate::tensor::{AsView, AsViewMut, DType, Element};
 use rill_kernels_gpu::abi::{NORM_LADDER_BLOCK_SIZE, NormLadderArgs, PACK_BYTES};
-use rill_kernels_gpu::{dtype_of, for_each_norm_ladder_kernel, norm_ladder_symbol};
 
-/// A rung of the ladder, in the order the article climbs it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Rung {
-    /// One thread per row; scalar loads; the row read twice.
-    ThreadPerRow,
-    /// One block per row; strided loop; tree reduction in shared memory.
-    SharedTree,
-    /// One block per row; strided loop; warp-shuffle reduction.
-    WarpStrided,
-    /// As [`Rung::WarpStrided`], with 16-byte vectorized loads and stores.
-    WarpVectorized,
-}
-
-impl Rung {
-    pub const ALL: [Rung; 4] = [Rung::ThreadPerRow, Rung::SharedTree, Rung::WarpStrided, Rung::WarpVectorized];
-
-    /// The name in kernel symbols and benchmark records.
-    pub fn name(self) -> &'static str {
-        match self {
-            Rung::ThreadPerRow => "thread_per_row",
-            Rung::SharedTree => "shared_tree",
-            Rung::WarpStrided => "warp_strided",
-            Rung::WarpVectorized => "warp_vectorized",
-        }
-    }
-
-    /// 1 to 4, the rung's place on the ladder.
-    pub fn number(self) -> usize {
-        match self {
-            Rung::ThreadPerRow => 1,
-            Rung::SharedTree => 2,
-            Rung::WarpStrided => 3,
-            Rung::WarpVectorized => 4,
-        }
-    }
-
-    /// One line on how the rung works (the benchmark's path column).
-    pub fn describe(self) -> &'static str {
-        match self {
-            Rung::ThreadPerRow => "rung 1: thread per row, scalar",
-            Rung::SharedTree => "rung 2: block per row, shared-memory tree, scalar",
-            Rung::WarpStrided => "rung 3: block per row, warp shuffle, scalar",
-            Rung::WarpVectorized => "rung 4: block per row, warp shuffle, 16-byte packs",
-        }
-    }
-}
-
-/// One exported ladder kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KernelEntry {
-    pub rung: Rung,
-    pub dtype: DType,
-    /// Elements per access.
-    pub pack: usize,
-    pub symbol: &'static str,
-}
-
-macro_rules! rung_of {
-    (thread_per_row) => {
-        Rung::ThreadPerRow
-    };
-    (shared_tree) => {
-        Rung::SharedTree
-    };
-    (warp_strided) => {
-        Rung::WarpStrided
-    };
-    (warp_vectorized) => {
-        Rung::WarpVectorized
-    };
-}
-
-macro_rules! kernel_entries {
-    ($($rung:ident: $($dtype:ident $pack:literal),+;)+) => {
-        &[$($(KernelEntry {
-            rung: rung_of!($rung),
-            dtype: dtype_of!($dtype),
-            pack: $pack,
-            symbol: norm_ladder_symbol!($rung, $dtype),
-        },)+)+]
-    };
-}
-
-/// Every ladder kernel in the PTX, from the table the device crate instantiates.
-pub const KERNELS: &[KernelEntry] = for_each_norm_ladder_kernel!(kernel_entries);
-
-fn kernel_entry(rung: Rung, dtype: DType) -> Result<&'static KernelEntry> {
-    KERNELS.iter().find(|k| k.rung == rung && k.dtype == dtype).ok_or_else(|| {
-        Error::Unsupported(format!(
-            "RMSNorm ladder rung `{}` has no {} kernel; it has f32, f16 and bf16",
-            rung.name(),
-            dtype.name()
-        ))
-    })
-}
+pub use rill_kernels_gpu::table::LadderRung as Rung;
 
 /// The rung a call of [`rms_norm_rung`] runs for `rung` asked of a row of `cols` elements of
 /// `dtype` at `addresses` (x, gamma, y): rung 4 only where `cols` is a multiple of its pack
@@ -189,15 +94,21 @@ pub fn rms_norm_rung<T: Element>(
         invalid!("{op}: address {a:#x} is not aligned to its {}-byte elements", size_of::<T>());
     }
     let ran = rung_run(rung, T::DTYPE, cols, &addresses);
-    let entry = kernel_entry(ran, T::DTYPE)?;
+    if ran.pack(T::DTYPE).is_none() {
+        return Err(Error::Unsupported(format!(
+            "RMSNorm ladder rung `{}` has no {} kernel; it has f32, f16 and bf16",
+            ran.name(),
+            T::DTYPE.name()
+        )));
+    }
     let gpu = stream.gpu();
     gpu.bind()?;
-    let kernel = gpu.modules().kernel(PtxModule::NormLadder, entry.symbol)?;
+    let kernel = gpu.modules().kernel(KernelKey::NormLadder { rung: ran, dtype: T::DTYPE })?;
     let config = launch_config(ran, rows);
     if kernel.max_threads_per_block < config.block {
         return Err(Error::Unsupported(format!(
             "{op}: kernel `{}` launches at most {} threads per block on this device; it needs {}",
-            entry.symbol, kernel.max_threads_per_block, config.block
+            kernel.symbol, kernel.max_threads_per_block, config.block
         )));
     }
     let args = NormLadderArgs {
@@ -209,7 +120,7 @@ pub fn rms_norm_rung<T: Element>(
         eps,
         inv_cols: (1.0 / cols as f64) as f32,
     };
-    // SAFETY: `entry.symbol` takes NormLadderArgs for T; x and y hold rows x cols elements
+    // SAFETY: the rung's kernel takes NormLadderArgs for T; x and y hold rows x cols elements
     // and gamma cols (checked above), all aligned to T, and y is borrowed mutably so it
     // overlaps neither input; rung 4 runs only with cols a multiple of its pack and every
     // address 16-byte aligned; the geometry is the one the rung is written for (a block of
@@ -223,15 +134,14 @@ mod tests {
 
     #[test]
     fn every_rung_has_a_kernel_per_float_dtype() {
-        assert_eq!(KERNELS.len(), Rung::ALL.len() * 3);
         for rung in Rung::ALL {
             for dtype in [DType::F32, DType::F16, DType::BF16] {
-                let entry = kernel_entry(rung, dtype).unwrap();
-                assert_eq!(entry.symbol, format!("rill_norm_ladder_{}_{}", rung.name(), dtype.name()));
+                let symbol = KernelKey::NormLadder { rung, dtype }.symbol();
+                assert_eq!(symbol, Some(format!("rill_norm_ladder_{}_{}", rung.name(), dtype.name())).as_deref());
                 let pack = if rung == Rung::WarpVectorized { PACK_BYTES / dtype.size() } else { 1 };
-                assert_eq!(entry.pack, pack);
+                assert_eq!(rung.pack(dtype), Some(pack));
             }
-            assert!(kernel_entry(rung, DType::I64).is_err());
+            assert!(rung.pack(DType::I64).is_none());
         }
         let numbers: Vec<usize> = Rung::ALL.iter().map(|r| r.number()).collect();
         assert_eq!(numbers, [1, 2, 3, 4]);

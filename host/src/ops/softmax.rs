@@ -9,42 +9,12 @@
 pub use super::rows::check_last_dim;
 use super::rows::dispatch::WARP_MAX_COLS;
 pub use super::rows::dispatch::{Path, PathKind, Plan};
-use super::rows::{RowCall, check_aligned, rows_cols, same_shape};
+use super::rows::{RowCall, RowKernels, check_aligned, rows_cols, same_shape};
 use crate::Stream;
 use crate::error::{Result, invalid};
-use crate::module::PtxModule;
-use crate::tensor::{AsView, AsViewMut, DType, Element, View};
+use crate::tensor::{AsView, AsViewMut, Element, View};
 use rill_kernels_gpu::abi::{SOFTMAX_BACKWARD_HELD_PACKS, SoftmaxArgs, max_pack};
-use rill_kernels_gpu::{dtype_of, for_each_softmax_cluster_kernel, for_each_softmax_kernel, softmax_symbol};
-
-/// The exported symbol of softmax kernel `kind` on `path`, if there is one.
-fn symbol(kind: &str, path: &str, dtype: DType, pack: usize) -> Option<&'static str> {
-    macro_rules! find {
-        ($kind:ident $path:ident $code:literal $dtype:ident $pack:literal) => {
-            if kind == stringify!($kind) && path == stringify!($path) && dtype == dtype_of!($dtype) && pack == $pack {
-                return Some(softmax_symbol!($kind, $path, $dtype, $pack));
-            }
-        };
-    }
-    for_each_softmax_kernel!(find);
-    for_each_softmax_cluster_kernel!(find);
-    None
-}
-
-/// One softmax-family launch: the kernel kind, the dtype and the shared row call.
-struct Call<'a> {
-    kind: &'static str,
-    dtype: DType,
-    row: RowCall<'a, SoftmaxArgs>,
-}
-
-impl Call<'_> {
-    fn run(self) -> Result<Plan> {
-        let (kind, dtype) = (self.kind, self.dtype);
-        let symbol = move |path: &str, pack: usize| symbol(kind, path, dtype, pack);
-        RowCall { symbol: &symbol, ..self.row }.run()
-    }
-}
+use rill_kernels_gpu::table::SoftmaxKind;
 
 /// Softmax-family ops with a choice of implementation; the free functions of this module
 /// use [`Softmax::new`], which lets the dispatcher choose.
@@ -67,14 +37,13 @@ impl Softmax {
         &self,
         stream: &'a Stream,
         op: &'static str,
-        kind: &'static str,
+        kind: SoftmaxKind,
         x: &View<'_, T>,
-    ) -> Result<Call<'a>> {
+    ) -> Result<RowCall<'a, SoftmaxArgs>> {
         let (rows, cols) = rows_cols(op, x.shape())?;
-        let row = RowCall {
+        Ok(RowCall {
             op,
-            module: PtxModule::Softmax,
-            symbol: &|_, _| None,
+            kernels: RowKernels::Softmax { kind, dtype: T::DTYPE },
             widest: max_pack(size_of::<T>(), size_of::<T>()),
             rows,
             cols,
@@ -89,8 +58,7 @@ impl Softmax {
             reads_once: false,
             force: self.force,
             stream,
-        };
-        Ok(Call { kind, dtype: T::DTYPE, row })
+        })
     }
 
     /// `y = softmax(x)` over the last axis; `log` for log-softmax.
@@ -103,11 +71,11 @@ impl Softmax {
     ) -> Result<Plan> {
         let (x, y) = (x.as_view(), y.as_view_mut());
         let op = if log { "log_softmax" } else { "softmax" };
-        let mut call = self.call(stream, op, "forward", &x)?;
+        let mut call = self.call(stream, op, SoftmaxKind::Forward, &x)?;
         same_shape(op, "the output", y.shape(), x.shape())?;
-        call.row.arrays.push((y.address(), size_of::<T>()));
-        call.row.args.output = y.address();
-        call.row.args.log = log as u32;
+        call.arrays.push((y.address(), size_of::<T>()));
+        call.args.output = y.address();
+        call.args.log = log as u32;
         call.run()
     }
 
@@ -122,15 +90,15 @@ impl Softmax {
     ) -> Result<Plan> {
         let (y, dy, dx) = (y.as_view(), dy.as_view(), dx.as_view_mut());
         let op = if log { "log_softmax_backward" } else { "softmax_backward" };
-        let mut call = self.call(stream, op, "backward", &y)?;
+        let mut call = self.call(stream, op, SoftmaxKind::Backward, &y)?;
         same_shape(op, "the output gradient", dy.shape(), y.shape())?;
         same_shape(op, "the input gradient", dx.shape(), y.shape())?;
-        call.row.arrays.extend([(dy.address(), size_of::<T>()), (dx.address(), size_of::<T>())]);
-        call.row.args.second = dy.address();
-        call.row.args.output = dx.address();
-        call.row.args.log = log as u32;
-        call.row.cache_bytes_per_col = 2 * size_of::<T>() as u32;
-        call.row.cluster_held_packs = SOFTMAX_BACKWARD_HELD_PACKS as u32;
+        call.arrays.extend([(dy.address(), size_of::<T>()), (dx.address(), size_of::<T>())]);
+        call.args.second = dy.address();
+        call.args.output = dx.address();
+        call.args.log = log as u32;
+        call.cache_bytes_per_col = 2 * size_of::<T>() as u32;
+        call.cluster_held_packs = SOFTMAX_BACKWARD_HELD_PACKS as u32;
         call.run()
     }
 
@@ -147,26 +115,26 @@ impl Softmax {
     ) -> Result<Plan> {
         let (x, mask, y) = (x.as_view(), mask.as_view(), y.as_view_mut());
         let op = "scaled_masked_softmax";
-        let mut call = self.call(stream, op, "scale_mask", &x)?;
+        let mut call = self.call(stream, op, SoftmaxKind::ScaleMask, &x)?;
         same_shape(op, "the output", y.shape(), x.shape())?;
         let (mask_rows, mask_cols) = rows_cols(op, mask.shape())?;
-        if mask_cols != call.row.cols || call.row.rows % mask_rows != 0 {
+        if mask_cols != call.cols || call.rows % mask_rows != 0 {
             invalid!(
                 "`{op}`: the mask has shape {:?}; it needs the input's last dimension ({}) and a row count dividing the input's {} rows",
                 mask.shape(),
-                call.row.cols,
-                call.row.rows
+                call.cols,
+                call.rows
             );
         }
-        call.row.arrays.extend([(mask.address(), size_of::<T>()), (y.address(), size_of::<T>())]);
-        call.row.args.second = mask.address();
-        call.row.args.output = y.address();
-        call.row.args.period = mask_rows as u64;
+        call.arrays.extend([(mask.address(), size_of::<T>()), (y.address(), size_of::<T>())]);
+        call.args.second = mask.address();
+        call.args.output = y.address();
+        call.args.period = mask_rows as u64;
         // A broadcast mask row's offset from 16 bytes is not its input row's.
-        call.row.phased = mask_rows == call.row.rows;
-        call.row.args.scale = scale;
+        call.phased = mask_rows == call.rows;
+        call.args.scale = scale;
         // The shared path caches x * scale + mask, computed in f32.
-        call.row.cache_bytes_per_col = 4;
+        call.cache_bytes_per_col = 4;
         call.run()
     }
 
@@ -181,16 +149,16 @@ impl Softmax {
     ) -> Result<Plan> {
         let (x, y) = (x.as_view(), y.as_view_mut());
         let op = "scaled_causal_softmax";
-        let mut call = self.call(stream, op, "causal", &x)?;
+        let mut call = self.call(stream, op, SoftmaxKind::Causal, &x)?;
         same_shape(op, "the output", y.shape(), x.shape())?;
         let queries = match x.shape() {
             [.., q, _] => *q,
             _ => invalid!("`{op}` needs at least two dimensions (queries, keys); got {:?}", x.shape()),
         };
-        call.row.arrays.push((y.address(), size_of::<T>()));
-        call.row.args.output = y.address();
-        call.row.args.period = queries as u64;
-        call.row.args.scale = scale;
+        call.arrays.push((y.address(), size_of::<T>()));
+        call.args.output = y.address();
+        call.args.period = queries as u64;
+        call.args.scale = scale;
         call.run()
     }
 
@@ -205,14 +173,14 @@ impl Softmax {
     ) -> Result<Plan> {
         let (logits, target, loss) = (logits.as_view(), target.as_view(), loss.as_view_mut());
         let op = "cross_entropy";
-        let mut call = self.call(stream, op, "cross_entropy", &logits)?;
-        same_shape(op, "the target", target.shape(), &[call.row.rows])?;
-        same_shape(op, "the loss", loss.shape(), &[call.row.rows])?;
+        let mut call = self.call(stream, op, SoftmaxKind::CrossEntropy, &logits)?;
+        same_shape(op, "the target", target.shape(), &[call.rows])?;
+        same_shape(op, "the loss", loss.shape(), &[call.rows])?;
         check_aligned(op, "the target", target.address(), 8)?;
         check_aligned(op, "the loss", loss.address(), 4)?;
-        call.row.args.target = target.address();
-        call.row.args.row_values = loss.address();
-        call.row.reads_once = true;
+        call.args.target = target.address();
+        call.args.row_values = loss.address();
+        call.reads_once = true;
         call.run()
     }
 
@@ -228,16 +196,16 @@ impl Softmax {
         let (logits, target, dloss, dlogits) =
             (logits.as_view(), target.as_view(), dloss.as_view(), dlogits.as_view_mut());
         let op = "cross_entropy_backward";
-        let mut call = self.call(stream, op, "cross_entropy_backward", &logits)?;
-        same_shape(op, "the target", target.shape(), &[call.row.rows])?;
-        same_shape(op, "the loss gradient", dloss.shape(), &[call.row.rows])?;
+        let mut call = self.call(stream, op, SoftmaxKind::CrossEntropyBackward, &logits)?;
+        same_shape(op, "the target", target.shape(), &[call.rows])?;
+        same_shape(op, "the loss gradient", dloss.shape(), &[call.rows])?;
         same_shape(op, "the logits gradient", dlogits.shape(), logits.shape())?;
         check_aligned(op, "the target", target.address(), 8)?;
         check_aligned(op, "the loss gradient", dloss.address(), 4)?;
-        call.row.arrays.push((dlogits.address(), size_of::<T>()));
-        call.row.args.target = target.address();
-        call.row.args.row_values = dloss.address();
-        call.row.args.output = dlogits.address();
+        call.arrays.push((dlogits.address(), size_of::<T>()));
+        call.args.target = target.address();
+        call.args.row_values = dloss.address();
+        call.args.output = dlogits.address();
         call.run()
     }
 }
@@ -317,26 +285,27 @@ pub fn cross_entropy_backward<T: Element>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::module::KernelKey;
+    use crate::tensor::DType;
+    use rill_kernels_gpu::table::RowPath;
 
     #[test]
     fn every_kind_path_dtype_and_pack_has_a_kernel() {
-        for kind in ["forward", "backward", "scale_mask", "causal", "cross_entropy", "cross_entropy_backward"] {
-            for path in ["warp8", "warp16", "warp24", "warp32", "shared", "uncached", "cluster"] {
-                for (dtype, pack) in [(DType::F32, 4), (DType::F16, 8), (DType::BF16, 8)] {
-                    assert!(symbol(kind, path, dtype, pack).is_some());
-                    assert!(symbol(kind, path, dtype, 1).is_some());
+        let paths = [RowPath::WARP.as_slice(), &[RowPath::Shared, RowPath::Uncached, RowPath::Cluster]].concat();
+        for kind in SoftmaxKind::ALL {
+            for (dtype, pack) in [(DType::F32, 4), (DType::F16, 8), (DType::BF16, 8)] {
+                let key = |path, pack| KernelKey::Softmax { kind, path, dtype, pack };
+                for &path in &paths {
+                    assert!(key(path, pack).symbol().is_some() && key(path, 1).symbol().is_some(), "{kind:?} {path:?}");
+                }
+                // Rows run from their heads: the block paths at the widest pack only.
+                for path in [RowPath::SharedPhased, RowPath::UncachedPhased, RowPath::ClusterPhased] {
+                    assert!(key(path, pack).symbol().is_some() && key(path, 1).symbol().is_none(), "{kind:?} {path:?}");
                 }
             }
         }
-        assert!(symbol("forward", "warp8", DType::F32, 2).is_none());
-        // Rows run from their heads: the block paths at the widest pack only.
-        for kind in ["forward", "backward", "scale_mask", "causal", "cross_entropy", "cross_entropy_backward"] {
-            for path in ["shared_phased", "uncached_phased", "cluster_phased"] {
-                for (dtype, pack) in [(DType::F32, 4), (DType::F16, 8), (DType::BF16, 8)] {
-                    assert!(symbol(kind, path, dtype, pack).is_some());
-                    assert!(symbol(kind, path, dtype, 1).is_none());
-                }
-            }
-        }
+        let odd_pack =
+            KernelKey::Softmax { kind: SoftmaxKind::Forward, path: RowPath::Warp8, dtype: DType::F32, pack: 2 };
+        assert!(odd_pack.symbol().is_none());
     }
 }

@@ -1,13 +1,14 @@
 //! One generic body per op family; `entry` instantiates them.
 
+#[cfg(any(feature = "softmax", feature = "norm"))]
+#[macro_use]
+mod rows;
+
 #[cfg(feature = "elementwise")]
 pub mod elementwise;
 
 #[cfg(feature = "softmax")]
 pub mod softmax;
-
-#[cfg(any(feature = "softmax", feature = "norm"))]
-mod rows;
 
 // The cluster module instantiates the row kernels only, not the parameter gradients.
 #[cfg(feature = "norm")]

@@ -18,9 +18,7 @@ use super::rows::{
     BlockRow, BlockSplit, RowCache, RowSplit, Slice, WarpRows, block_packs, block_packs_loaded, warp_load,
     warp_row_reduce, warp_store,
 };
-#[cfg(feature = "cluster")]
-use crate::abi::ROW_PATH_CLUSTER;
-use crate::abi::{NORM_PARAM_GRAD_WARPS, NormArgs, NormParamGradArgs, ROW_PATH_SHARED, ROW_PATH_UNCACHED};
+use crate::abi::{NORM_PARAM_GRAD_WARPS, NormArgs, NormParamGradArgs, norm_param_grad_tile_cols};
 use crate::arch::{
     GlobalAddr, WARP_SIZE, block_dim_x, block_idx_x, dynamic_shared, dynamic_shared_addr, grid_dim_x, load_global_nc,
     rcp, rsqrt, sync_threads, thread_idx_x, wait_async_copies,
@@ -28,6 +26,7 @@ use crate::arch::{
 use crate::pack::{ColumnLoad, ColumnWords, DirectLoad, DirectStore, Load, Pack, RowMajor, Store, StreamLoad};
 use crate::reduce::{Sum, SumPair, block_all_reduce};
 use crate::scalar::Scalar;
+use crate::table::RowPath;
 use crate::unroll::{unroll, unrolled_array};
 use core::num::NonZeroU64;
 
@@ -319,10 +318,10 @@ unsafe fn uncached_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize>(
     });
 }
 
-/// The forward body for path `PATH` (a warp code is the elements per lane); `batched` as
+/// The forward body for path `PATH`; `batched` as
 /// [`shared_forward`] takes it.
 #[inline(always)]
-unsafe fn forward_path<L: Load<P>, S: Store<P>, G: Scalar, const P: usize, const PATH: usize>(
+unsafe fn forward_path<L: Load<P>, S: Store<P>, G: Scalar, const P: usize, const PATH: RowPath>(
     load: &L,
     store: &S,
     args: &NormArgs,
@@ -332,13 +331,13 @@ unsafe fn forward_path<L: Load<P>, S: Store<P>, G: Scalar, const P: usize, const
     unsafe {
         let norm = Forward::<G>::new(args);
         match PATH {
-            ROW_PATH_UNCACHED => uncached_forward::<L, S, G, P>(load, store, &norm, args),
-            ROW_PATH_SHARED => shared_forward::<L, S, G, P>(load, store, &norm, args, &BlockSplit, batched),
+            RowPath::Uncached => uncached_forward::<L, S, G, P>(load, store, &norm, args),
+            RowPath::Shared => shared_forward::<L, S, G, P>(load, store, &norm, args, &BlockSplit, batched),
             #[cfg(feature = "cluster")]
-            ROW_PATH_CLUSTER => {
+            RowPath::Cluster => {
                 ClusterSplit::run(|split| shared_forward::<L, S, G, P>(load, store, &norm, args, split, batched))
             }
-            _ => warp_forward::<L, S, G, P, PATH>(load, store, &norm, args),
+            _ => on_warp_path!(PATH, E => warp_forward::<L, S, G, P, E>(load, store, &norm, args)),
         }
     }
 }
@@ -395,7 +394,7 @@ unsafe fn view<T: Scalar>(address: u64, cols: u64) -> RowMajor<T> {
 }
 
 #[inline(always)]
-pub unsafe fn forward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PATH: usize>(args: &NormArgs) {
+pub unsafe fn forward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PATH: RowPath>(args: &NormArgs) {
     // SAFETY: see `view`.
     unsafe {
         let load = StreamLoad(view::<T>(args.input, args.shape.cols));
@@ -405,7 +404,7 @@ pub unsafe fn forward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PAT
 }
 
 #[inline(always)]
-pub unsafe fn add_forward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PATH: usize>(args: &NormArgs) {
+pub unsafe fn add_forward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PATH: RowPath>(args: &NormArgs) {
     // SAFETY: see `view`; the residual and the sum have the input's shape.
     unsafe {
         let cols = args.shape.cols;
@@ -600,7 +599,7 @@ unsafe fn shared_backward<LX: Load<P>, LG: Load<P>, S: Store<P>, R: RowSplit, co
 }
 
 #[inline(always)]
-unsafe fn backward_path<LX: Load<P>, LG: Load<P>, S: Store<P>, const P: usize, const PATH: usize>(
+unsafe fn backward_path<LX: Load<P>, LG: Load<P>, S: Store<P>, const P: usize, const PATH: RowPath>(
     load_xhat: &LX,
     load_g: &LG,
     store: &S,
@@ -611,7 +610,7 @@ unsafe fn backward_path<LX: Load<P>, LG: Load<P>, S: Store<P>, const P: usize, c
     unsafe {
         let saved = SavedStats::new(args.mean, args.rstd, args.rms);
         match PATH {
-            ROW_PATH_UNCACHED => {
+            RowPath::Uncached => {
                 let slice = Slice::whole::<P>(shape);
                 BlockSplit.rows::<P, false>(shape, |BlockRow { row, .. }| {
                     let fetch = |col| (load_xhat.fetch(row, col), load_g.fetch(row, col));
@@ -632,27 +631,27 @@ unsafe fn backward_path<LX: Load<P>, LG: Load<P>, S: Store<P>, const P: usize, c
                     });
                 })
             }
-            ROW_PATH_SHARED => shared_backward::<LX, LG, S, _, P>(load_xhat, load_g, store, args, &BlockSplit),
+            RowPath::Shared => shared_backward::<LX, LG, S, _, P>(load_xhat, load_g, store, args, &BlockSplit),
             #[cfg(feature = "cluster")]
-            ROW_PATH_CLUSTER => {
+            RowPath::Cluster => {
                 ClusterSplit::run(|split| shared_backward::<LX, LG, S, _, P>(load_xhat, load_g, store, args, split))
             }
-            _ => {
-                let at = WarpRows::new::<PATH>(shape);
+            _ => on_warp_path!(PATH, E => {
+                let at = WarpRows::new::<E>(shape);
                 at.for_each_access(shape.rows, |first| {
                     // Padding columns load as g = 0, so they add nothing to either sum.
-                    let xhat = warp_load::<LX, P, PATH>(load_xhat, &at, first, shape, 0.0);
-                    let g = warp_load::<LG, P, PATH>(load_g, &at, first, shape, 0.0);
-                    let sum_g = warp_row_reduce::<Sum, PATH>(|r, i| g[r][i], at.width);
-                    let sum_gx = warp_row_reduce::<Sum, PATH>(|r, i| g[r][i] * xhat[r][i], at.width);
+                    let xhat = warp_load::<LX, P, E>(load_xhat, &at, first, shape, 0.0);
+                    let g = warp_load::<LG, P, E>(load_g, &at, first, shape, 0.0);
+                    let sum_g = warp_row_reduce::<Sum, E>(|r, i| g[r][i], at.width);
+                    let sum_gx = warp_row_reduce::<Sum, E>(|r, i| g[r][i] * xhat[r][i], at.width);
                     let rstd = |r: usize| {
-                        if at.holds::<PATH>(r, first, shape.rows) { saved.get(first + r as u64).rstd } else { 0.0 }
+                        if at.holds::<E>(r, first, shape.rows) { saved.get(first + r as u64).rstd } else { 0.0 }
                     };
                     let grad = [
                         Gradient::new(args, rstd(0), sum_g[0], sum_gx[0]),
                         Gradient::new(args, rstd(1), sum_g[1], sum_gx[1]),
                     ];
-                    warp_store::<S, _, P, PATH>(
+                    warp_store::<S, _, P, E>(
                         store,
                         &at,
                         first,
@@ -661,13 +660,13 @@ unsafe fn backward_path<LX: Load<P>, LG: Load<P>, S: Store<P>, const P: usize, c
                         |r, i, ()| unrolled_array(|j| grad[r].apply(xhat[r][i + j], g[r][i + j])),
                     );
                 });
-            }
+            }),
         }
     }
 }
 
 #[inline(always)]
-pub unsafe fn backward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PATH: usize>(args: &NormArgs) {
+pub unsafe fn backward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PATH: RowPath>(args: &NormArgs) {
     // SAFETY: see `view`; dy and dx have the input's shape (U is T for backward kernels).
     unsafe {
         let cols = args.shape.cols;
@@ -691,7 +690,7 @@ pub unsafe fn backward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PA
 /// of dynamic shared memory.
 #[inline(always)]
 pub unsafe fn param_grad<T: Scalar, const P: usize>(args: &NormParamGradArgs) {
-    let tile_cols = (WARP_SIZE as u64) * P as u64;
+    let tile_cols = norm_param_grad_tile_cols(P) as u64;
     // At least one tile (cols > 0): a divisor with no zero check.
     let tiles = NonZeroU64::new(args.cols.div_ceil(tile_cols)).unwrap_or(NonZeroU64::MIN);
     let (chunk, tile) = (block_idx_x() as u64 / tiles, block_idx_x() as u64 % tiles);

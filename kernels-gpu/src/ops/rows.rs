@@ -33,6 +33,33 @@ use core::cell::Cell;
 use core::marker::PhantomData;
 use core::mem::MaybeUninit;
 
+/// `$body` with `$e`, a `const usize`, the elements a lane holds on `$path` where it is a
+/// warp path (the row kernels' warp bodies take them as a const parameter); nothing on the
+/// block paths, whose bodies the caller matches first.
+macro_rules! on_warp_path {
+    ($path:expr, $e:ident => $body:expr) => {
+        match $path {
+            crate::table::RowPath::Warp8 => {
+                const $e: usize = crate::table::RowPath::Warp8.warp_elements();
+                $body
+            }
+            crate::table::RowPath::Warp16 => {
+                const $e: usize = crate::table::RowPath::Warp16.warp_elements();
+                $body
+            }
+            crate::table::RowPath::Warp24 => {
+                const $e: usize = crate::table::RowPath::Warp24.warp_elements();
+                $body
+            }
+            crate::table::RowPath::Warp32 => {
+                const $e: usize = crate::table::RowPath::Warp32.warp_elements();
+                $body
+            }
+            _ => {}
+        }
+    };
+}
+
 /// Where a lane's rows are on the warp path. A warp steps through rows as a whole
 /// (`warp_first`, `+ step`, ...), its groups at `group_offset` rows from the warp's first, so
 /// every lane runs the same iterations and shuffles never see a lane that left the loop.

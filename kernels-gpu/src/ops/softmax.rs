@@ -12,17 +12,15 @@ use super::rows::{
     BlockRow, BlockSplit, HeldRowCache, RowCache, RowSplit, Slice, WarpRows, block_packs, block_packs_loaded,
     warp_load, warp_row_reduce, warp_store,
 };
-use crate::abi::{
-    CROSS_ENTROPY_IGNORE_INDEX, ROW_PATH_SHARED, ROW_PATH_SHARED_PHASED, ROW_PATH_UNCACHED, ROW_PATH_UNCACHED_PHASED,
-    RowShape, SoftmaxArgs, runs_phased,
-};
 #[cfg(feature = "cluster")]
-use crate::abi::{ROW_PATH_CLUSTER, ROW_PATH_CLUSTER_PHASED, SOFTMAX_BACKWARD_HELD_PACKS};
+use crate::abi::SOFTMAX_BACKWARD_HELD_PACKS;
+use crate::abi::{CROSS_ENTROPY_IGNORE_INDEX, RowShape, SoftmaxArgs};
 use crate::arch::{dynamic_shared_addr, thread_idx_x, wait_async_copies};
 use crate::math::exp;
 use crate::pack::{DirectLoad, DirectStore, Load, LoadOne, Pack, RowMajor, Store, StoreOne};
 use crate::reduce::{MAX_WORDS, Max, Reduce, Sum, Words, block_all_reduce};
 use crate::scalar::Scalar;
+use crate::table::RowPath;
 use crate::unroll::{unroll, unrolled_array};
 use core::num::NonZeroU64;
 
@@ -316,9 +314,9 @@ unsafe fn uncached_forward<L: Load<P> + LoadOne, O: RowOutput<P>, const P: usize
     });
 }
 
-/// The forward body for path `PATH` (a warp code is the elements per lane).
+/// The forward body for path `PATH`.
 #[inline(always)]
-unsafe fn forward_path<L: Load<P> + LoadOne, O: RowOutput<P>, const P: usize, const PATH: usize>(
+unsafe fn forward_path<L: Load<P> + LoadOne, O: RowOutput<P>, const P: usize, const PATH: RowPath>(
     load: &L,
     outputs: &O,
     args: &SoftmaxArgs,
@@ -326,19 +324,19 @@ unsafe fn forward_path<L: Load<P> + LoadOne, O: RowOutput<P>, const P: usize, co
     // SAFETY: forwarded; the host launched this kernel with this path's geometry.
     unsafe {
         match PATH {
-            ROW_PATH_UNCACHED => uncached_forward::<L, O, P, false>(load, outputs, args),
-            ROW_PATH_UNCACHED_PHASED => uncached_forward::<L, O, P, true>(load, outputs, args),
-            ROW_PATH_SHARED => shared_forward::<L, O, _, P, false>(load, outputs, args, &BlockSplit),
-            ROW_PATH_SHARED_PHASED => shared_forward::<L, O, _, P, true>(load, outputs, args, &BlockSplit),
+            RowPath::Uncached => uncached_forward::<L, O, P, false>(load, outputs, args),
+            RowPath::UncachedPhased => uncached_forward::<L, O, P, true>(load, outputs, args),
+            RowPath::Shared => shared_forward::<L, O, _, P, false>(load, outputs, args, &BlockSplit),
+            RowPath::SharedPhased => shared_forward::<L, O, _, P, true>(load, outputs, args, &BlockSplit),
             #[cfg(feature = "cluster")]
-            ROW_PATH_CLUSTER => {
+            RowPath::Cluster => {
                 ClusterSplit::run(|split| shared_forward::<L, O, _, P, false>(load, outputs, args, split))
             }
             #[cfg(feature = "cluster")]
-            ROW_PATH_CLUSTER_PHASED => {
+            RowPath::ClusterPhased => {
                 ClusterSplit::run(|split| shared_forward::<L, O, _, P, true>(load, outputs, args, split))
             }
-            _ => warp_forward::<L, O, P, PATH>(load, outputs, args),
+            _ => on_warp_path!(PATH, E => warp_forward::<L, O, P, E>(load, outputs, args)),
         }
     }
 }
@@ -472,7 +470,7 @@ unsafe fn backward_path<
     LD: Load<P> + LoadOne,
     S: Store<P> + StoreOne,
     const P: usize,
-    const PATH: usize,
+    const PATH: RowPath,
 >(
     load_y: &LY,
     load_dy: &LD,
@@ -483,28 +481,28 @@ unsafe fn backward_path<
     // SAFETY (whole body): as the forward paths.
     unsafe {
         match PATH {
-            ROW_PATH_UNCACHED => uncached_backward::<LY, LD, S, P, false>(load_y, load_dy, store, args),
-            ROW_PATH_UNCACHED_PHASED => uncached_backward::<LY, LD, S, P, true>(load_y, load_dy, store, args),
-            ROW_PATH_SHARED => shared_backward::<LY, LD, S, P, false, 0>(load_y, load_dy, store, args, &BlockSplit),
-            ROW_PATH_SHARED_PHASED => {
+            RowPath::Uncached => uncached_backward::<LY, LD, S, P, false>(load_y, load_dy, store, args),
+            RowPath::UncachedPhased => uncached_backward::<LY, LD, S, P, true>(load_y, load_dy, store, args),
+            RowPath::Shared => shared_backward::<LY, LD, S, P, false, 0>(load_y, load_dy, store, args, &BlockSplit),
+            RowPath::SharedPhased => {
                 shared_backward::<LY, LD, S, P, true, 0>(load_y, load_dy, store, args, &BlockSplit)
             }
             #[cfg(feature = "cluster")]
-            ROW_PATH_CLUSTER => ClusterSplit::run(|split| {
+            RowPath::Cluster => ClusterSplit::run(|split| {
                 shared_backward::<LY, LD, S, P, false, SOFTMAX_BACKWARD_HELD_PACKS>(load_y, load_dy, store, args, split)
             }),
             #[cfg(feature = "cluster")]
-            ROW_PATH_CLUSTER_PHASED => ClusterSplit::run(|split| {
+            RowPath::ClusterPhased => ClusterSplit::run(|split| {
                 shared_backward::<LY, LD, S, P, true, SOFTMAX_BACKWARD_HELD_PACKS>(load_y, load_dy, store, args, split)
             }),
-            _ => {
-                let at = WarpRows::new::<PATH>(&args.shape);
+            _ => on_warp_path!(PATH, E => {
+                let at = WarpRows::new::<E>(&args.shape);
                 at.for_each_access(args.shape.rows, |first| {
-                    let y = warp_load::<LY, P, PATH>(load_y, &at, first, &args.shape, 0.0);
-                    let dy = warp_load::<LD, P, PATH>(load_dy, &at, first, &args.shape, 0.0);
-                    let sum = warp_row_reduce::<Sum, PATH>(|r, i| Gradient::term(log, y[r][i], dy[r][i]), at.width);
+                    let y = warp_load::<LY, P, E>(load_y, &at, first, &args.shape, 0.0);
+                    let dy = warp_load::<LD, P, E>(load_dy, &at, first, &args.shape, 0.0);
+                    let sum = warp_row_reduce::<Sum, E>(|r, i| Gradient::term(log, y[r][i], dy[r][i]), at.width);
                     let g = [Gradient { log, sum: sum[0] }, Gradient { log, sum: sum[1] }];
-                    warp_store::<S, _, P, PATH>(
+                    warp_store::<S, _, P, E>(
                         store,
                         &at,
                         first,
@@ -513,7 +511,7 @@ unsafe fn backward_path<
                         |r, i, ()| unrolled_array(|j| g[r].apply(y[r][i + j], dy[r][i + j])),
                     );
                 });
-            }
+            }),
         }
     }
 }
@@ -626,7 +624,7 @@ impl Loss {
 /// reads each row once and writes only the loss (the block paths stream their rows, with
 /// no cache; the shared path's kernel is the uncached one's).
 #[inline(always)]
-unsafe fn cross_entropy_path<L: Load<P> + LoadOne, const P: usize, const PATH: usize>(
+unsafe fn cross_entropy_path<L: Load<P> + LoadOne, const P: usize, const PATH: RowPath>(
     load: &L,
     loss: &Loss,
     args: &SoftmaxArgs,
@@ -634,29 +632,29 @@ unsafe fn cross_entropy_path<L: Load<P> + LoadOne, const P: usize, const PATH: u
     // SAFETY (whole body): as the forward paths.
     unsafe {
         match PATH {
-            ROW_PATH_UNCACHED | ROW_PATH_SHARED => streamed_loss::<L, _, P, false>(load, loss, args, &BlockSplit),
-            ROW_PATH_UNCACHED_PHASED | ROW_PATH_SHARED_PHASED => {
+            RowPath::Uncached | RowPath::Shared => streamed_loss::<L, _, P, false>(load, loss, args, &BlockSplit),
+            RowPath::UncachedPhased | RowPath::SharedPhased => {
                 streamed_loss::<L, _, P, true>(load, loss, args, &BlockSplit)
             }
             #[cfg(feature = "cluster")]
-            ROW_PATH_CLUSTER => ClusterSplit::run(|split| streamed_loss::<L, _, P, false>(load, loss, args, split)),
+            RowPath::Cluster => ClusterSplit::run(|split| streamed_loss::<L, _, P, false>(load, loss, args, split)),
             #[cfg(feature = "cluster")]
-            ROW_PATH_CLUSTER_PHASED => {
+            RowPath::ClusterPhased => {
                 ClusterSplit::run(|split| streamed_loss::<L, _, P, true>(load, loss, args, split))
             }
-            _ => {
-                let at = WarpRows::new::<PATH>(&args.shape);
+            _ => on_warp_path!(PATH, E => {
+                let at = WarpRows::new::<E>(&args.shape);
                 at.for_each_access(args.shape.rows, |first| {
-                    let x = warp_load::<L, P, PATH>(load, &at, first, &args.shape, f32::NEG_INFINITY);
-                    let max = warp_row_reduce::<Max, PATH>(|r, i| x[r][i], at.width);
-                    let sum = warp_row_reduce::<Sum, PATH>(|r, i| exp(x[r][i] - max[r]), at.width);
+                    let x = warp_load::<L, P, E>(load, &at, first, &args.shape, f32::NEG_INFINITY);
+                    let max = warp_row_reduce::<Max, E>(|r, i| x[r][i], at.width);
+                    let sum = warp_row_reduce::<Sum, E>(|r, i| exp(x[r][i] - max[r]), at.width);
                     unroll::<2>(|r| {
-                        if at.lane == 0 && at.holds::<PATH>(r, first, args.shape.rows) {
+                        if at.lane == 0 && at.holds::<E>(r, first, args.shape.rows) {
                             loss.write(load, first + r as u64, max[r], sum[r]);
                         }
                     });
                 });
-            }
+            }),
         }
     }
 }
@@ -726,15 +724,15 @@ impl<T: Scalar, const N: usize> Store<N> for CrossEntropyGradRow<T> {
 /// aligned to `P` elements or `PATH` a block path (which runs each row from its head), and
 /// a launch with the geometry the host's dispatch planned for `PATH`.
 #[inline(always)]
-unsafe fn direct<T: Scalar, const PATH: usize>(address: u64, shape: &RowShape) -> (DirectLoad<T>, DirectStore<T>) {
-    let first = if runs_phased(PATH) { shape.phase as u64 } else { 0 };
+unsafe fn direct<T: Scalar, const PATH: RowPath>(address: u64, shape: &RowShape) -> (DirectLoad<T>, DirectStore<T>) {
+    let first = if PATH.phased() { shape.phase as u64 } else { 0 };
     // SAFETY: forwarded (the host passes a phase only to kernels that run phased rows).
     let view = unsafe { RowMajor::<T>::past_boundary(address, shape.cols, first) };
     (DirectLoad(view), DirectStore(view))
 }
 
 #[inline(always)]
-pub unsafe fn forward<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
+pub unsafe fn forward<T: Scalar, const P: usize, const PATH: RowPath>(args: &SoftmaxArgs) {
     // SAFETY: see `direct`.
     unsafe {
         let (load, _) = direct::<T, PATH>(args.input, &args.shape);
@@ -744,7 +742,7 @@ pub unsafe fn forward<T: Scalar, const P: usize, const PATH: usize>(args: &Softm
 }
 
 #[inline(always)]
-pub unsafe fn backward<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
+pub unsafe fn backward<T: Scalar, const P: usize, const PATH: RowPath>(args: &SoftmaxArgs) {
     // SAFETY: see `direct`.
     unsafe {
         let (load_y, _) = direct::<T, PATH>(args.input, &args.shape);
@@ -761,7 +759,7 @@ fn period(args: &SoftmaxArgs) -> NonZeroU64 {
 }
 
 #[inline(always)]
-pub unsafe fn scale_mask<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
+pub unsafe fn scale_mask<T: Scalar, const P: usize, const PATH: RowPath>(args: &SoftmaxArgs) {
     // SAFETY: see `direct`; the mask has `period` rows.
     unsafe {
         let load = ScaleMaskLoad {
@@ -776,7 +774,7 @@ pub unsafe fn scale_mask<T: Scalar, const P: usize, const PATH: usize>(args: &So
 }
 
 #[inline(always)]
-pub unsafe fn causal<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
+pub unsafe fn causal<T: Scalar, const P: usize, const PATH: RowPath>(args: &SoftmaxArgs) {
     // SAFETY: see `direct`.
     unsafe {
         let load =
@@ -787,7 +785,7 @@ pub unsafe fn causal<T: Scalar, const P: usize, const PATH: usize>(args: &Softma
 }
 
 #[inline(always)]
-pub unsafe fn cross_entropy<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
+pub unsafe fn cross_entropy<T: Scalar, const P: usize, const PATH: RowPath>(args: &SoftmaxArgs) {
     // SAFETY: see `direct`; target and loss have `rows` elements.
     unsafe {
         let (load, _) = direct::<T, PATH>(args.input, &args.shape);
@@ -797,7 +795,7 @@ pub unsafe fn cross_entropy<T: Scalar, const P: usize, const PATH: usize>(args: 
 }
 
 #[inline(always)]
-pub unsafe fn cross_entropy_backward<T: Scalar, const P: usize, const PATH: usize>(args: &SoftmaxArgs) {
+pub unsafe fn cross_entropy_backward<T: Scalar, const P: usize, const PATH: RowPath>(args: &SoftmaxArgs) {
     // SAFETY: see `direct`; target and dloss have `rows` elements. `args.log` is 0.
     unsafe {
         let (load, _) = direct::<T, PATH>(args.input, &args.shape);

@@ -11,28 +11,15 @@ use crate::DeviceInfo;
 use crate::launch::WAVES;
 use crate::launch::grid_stride_blocks;
 use rill_kernels_gpu::abi::{
-    CLUSTER_EXCHANGE_BYTES, ROW_CLUSTER_SIZES, ROW_PATH_CLUSTER, ROW_PATH_CLUSTER_PHASED, ROW_PATH_SHARED,
-    ROW_PATH_SHARED_PHASED, ROW_PATH_UNCACHED, ROW_PATH_UNCACHED_PHASED, ROW_WARP_BLOCK_SIZE, rows_per_access,
+    CLUSTER_STATIC_SHARED_BYTES, ROW_CLUSTER_SIZES, ROW_STATIC_SHARED_BYTES, ROW_WARP_BLOCK_SIZE, rows_per_access,
 };
-
-/// Elements per lane the warp kernels are compiled for.
-/// 24 serves rows of 513 to 768 columns: as the 32-element tier, a 768-column row left each
-/// lane a fourth pack of registers and loads with nothing in it.
-pub const WARP_ELEMENTS: [u32; 4] = [8, 16, 24, 32];
+use rill_kernels_gpu::table::RowPath;
 
 /// Widest row the warp path takes: 32 lanes of the largest register tier.
-pub const WARP_MAX_COLS: usize = 32 * 32;
+pub const WARP_MAX_COLS: usize = 32 * RowPath::Warp32.warp_elements();
 
 /// Block sizes the block paths choose among.
 pub const BLOCK_SIZES: [u32; 4] = [128, 256, 512, 1024];
-
-/// Static shared memory of every row-wise kernel (the block-reduction scratch: two words
-/// for each of 32 warps), which the dynamic shared memory must leave room for.
-pub const STATIC_SHARED_BYTES: u32 = 256;
-
-/// Static shared memory of the cluster kernels: the block-reduction scratch and where the
-/// blocks exchange their reductions' partials.
-pub const CLUSTER_STATIC_SHARED_BYTES: u32 = STATIC_SHARED_BYTES + CLUSTER_EXCHANGE_BYTES;
 
 /// An implementation, with its shape parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,19 +87,18 @@ impl Plan {
         }
     }
 
-    /// The path's name in kernel symbols and its compile-time code.
-    pub fn symbol_path(&self) -> (&'static str, usize) {
+    /// The kernels' path: the warp tier, or the block path, phased or not.
+    pub fn row_path(&self) -> RowPath {
         match (self.path, self.phased) {
-            (Path::Warp { elements: 8, .. }, _) => ("warp8", 8),
-            (Path::Warp { elements: 16, .. }, _) => ("warp16", 16),
-            (Path::Warp { elements: 24, .. }, _) => ("warp24", 24),
-            (Path::Warp { .. }, _) => ("warp32", 32),
-            (Path::Shared { .. }, false) => ("shared", ROW_PATH_SHARED),
-            (Path::Shared { .. }, true) => ("shared_phased", ROW_PATH_SHARED_PHASED),
-            (Path::Uncached { .. }, false) => ("uncached", ROW_PATH_UNCACHED),
-            (Path::Uncached { .. }, true) => ("uncached_phased", ROW_PATH_UNCACHED_PHASED),
-            (Path::Cluster { .. }, false) => ("cluster", ROW_PATH_CLUSTER),
-            (Path::Cluster { .. }, true) => ("cluster_phased", ROW_PATH_CLUSTER_PHASED),
+            (Path::Warp { elements, .. }, _) => {
+                RowPath::WARP.into_iter().find(|p| p.warp_elements() == elements as usize).unwrap_or(RowPath::Warp32)
+            }
+            (Path::Shared { .. }, false) => RowPath::Shared,
+            (Path::Shared { .. }, true) => RowPath::SharedPhased,
+            (Path::Uncached { .. }, false) => RowPath::Uncached,
+            (Path::Uncached { .. }, true) => RowPath::UncachedPhased,
+            (Path::Cluster { .. }, false) => RowPath::Cluster,
+            (Path::Cluster { .. }, true) => RowPath::ClusterPhased,
         }
     }
 
@@ -231,7 +217,11 @@ pub fn plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancies<'_>) 
 
 fn warp_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
     let cols = problem.cols.max(1) as u32;
-    let elements = WARP_ELEMENTS.into_iter().find(|&e| cols <= 32 * e).unwrap_or(32);
+    let elements = RowPath::WARP
+        .into_iter()
+        .map(|path| path.warp_elements() as u32)
+        .find(|&e| cols <= 32 * e)
+        .unwrap_or(RowPath::Warp32.warp_elements() as u32);
     let width = cols.div_ceil(elements).next_power_of_two().min(32);
     let rows_per_access = rows_per_access(elements as usize);
     let threads = (problem.rows as u64).div_ceil(rows_per_access) * width as u64;
@@ -252,7 +242,7 @@ fn block_grid(rows: usize, block: u32, device: &DeviceInfo) -> u32 {
 /// resident per SM as 128 threads do (more threads per row at no cost in occupancy).
 fn shared_plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancy<'_>) -> crate::Result<Option<Plan>> {
     let bytes = problem.cols as u64 * problem.cache_bytes_per_col as u64;
-    let limit = device.max_shared_bytes_per_block_optin.saturating_sub(STATIC_SHARED_BYTES) as u64;
+    let limit = device.max_shared_bytes_per_block_optin.saturating_sub(ROW_STATIC_SHARED_BYTES) as u64;
     if bytes > limit {
         return Ok(None);
     }
@@ -373,7 +363,7 @@ mod tests {
 
     /// Occupancy of a kernel limited by shared memory alone (228 KB per SM, 64 warps).
     fn by_shared(block: u32, bytes: u32) -> crate::Result<u32> {
-        let by_threads = 2048 / block;
+        let by_threads = h100().max_threads_per_multiprocessor / block;
         let by_shared = (228 * 1024) / (bytes + 1024).max(1);
         Ok(by_threads.min(by_shared))
     }
@@ -552,13 +542,13 @@ mod tests {
         odd.cache_bytes_per_col = 2;
         let p = plan(&odd, &device, OCCUPANCY).unwrap();
         assert_eq!((p.kind(), p.pack, p.phased), (PathKind::Shared, 8, true));
-        assert_eq!(p.symbol_path(), ("shared_phased", ROW_PATH_SHARED_PHASED));
+        assert_eq!(p.row_path(), RowPath::SharedPhased);
         odd.force = Some(PathKind::Uncached);
         let p = plan(&odd, &device, OCCUPANCY).unwrap();
-        assert_eq!((p.pack, p.symbol_path().0), (8, "uncached_phased"));
+        assert_eq!((p.pack, p.row_path()), (8, RowPath::UncachedPhased));
         odd.force = Some(PathKind::Cluster);
         let p = plan(&odd, &device, OCCUPANCY).unwrap();
-        assert_eq!((p.pack, p.symbol_path().0), (8, "cluster_phased"));
+        assert_eq!((p.pack, p.row_path()), (8, RowPath::ClusterPhased));
         // The warp path keeps the pack every row allows.
         odd.cols = 1000;
         odd.force = None;
@@ -566,7 +556,7 @@ mod tests {
         assert_eq!((p.kind(), p.pack, p.phased), (PathKind::Warp, 1, false));
         // Aligned rows run the aligned kernels.
         let p = plan(&problem(4096, 4096, 8), &device, OCCUPANCY).unwrap();
-        assert_eq!((p.pack, p.phased, p.symbol_path().0), (8, false, "shared"));
+        assert_eq!((p.pack, p.phased, p.row_path()), (8, false, RowPath::Shared));
     }
 
     #[test]

@@ -6,10 +6,12 @@ pub mod dispatch;
 use crate::Stream;
 use crate::error::{Error, Result, invalid};
 use crate::launch::{LaunchConfig, active_clusters, launch};
-use crate::module::{Kernel, PtxModule};
-use dispatch::{CLUSTER_STATIC_SHARED_BYTES, Occupancies, Problem, STATIC_SHARED_BYTES, plan};
+use crate::module::{Kernel, KernelKey};
+use dispatch::{Occupancies, Problem, plan};
 pub use dispatch::{Path, PathKind, Plan};
-use rill_kernels_gpu::abi::{PACK_BYTES, RowArgs};
+use rill_kernels_gpu::abi::DType;
+use rill_kernels_gpu::abi::{CLUSTER_STATIC_SHARED_BYTES, PACK_BYTES, ROW_STATIC_SHARED_BYTES, RowArgs};
+use rill_kernels_gpu::table::{NormKernelKind, RowPath, SoftmaxKind};
 
 /// Rows and columns of a tensor normalized over its last axis.
 pub(crate) fn rows_cols(op: &str, shape: &[usize]) -> Result<(usize, usize)> {
@@ -50,12 +52,34 @@ pub(crate) fn check_aligned(op: &str, what: &str, address: u64, bytes: u64) -> R
     Ok(())
 }
 
+/// The kernels a row call chooses among: the op's kind and dtypes, its path and pack left
+/// to the planner.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum RowKernels {
+    Softmax {
+        kind: SoftmaxKind,
+        dtype: DType,
+    },
+    /// `dtypes`: x, y, and the weight and bias.
+    Norm {
+        kind: NormKernelKind,
+        dtypes: (DType, DType, DType),
+    },
+}
+
+impl RowKernels {
+    pub(crate) fn at(self, path: RowPath, pack: usize) -> KernelKey {
+        match self {
+            RowKernels::Softmax { kind, dtype } => KernelKey::Softmax { kind, path, dtype, pack },
+            RowKernels::Norm { kind, dtypes } => KernelKey::Norm { kind, path, dtypes, pack },
+        }
+    }
+}
+
 /// One launch of a row-wise kernel, before planning.
 pub(crate) struct RowCall<'a, A: RowArgs> {
     pub op: &'static str,
-    pub module: PtxModule,
-    /// The kernel for a path name (`warp8` ... `uncached`) and pack, if one exists.
-    pub symbol: &'a dyn Fn(&str, usize) -> Option<&'static str>,
+    pub kernels: RowKernels,
     /// The widest pack the kernels have (elements per 16-byte access of the widest dtype).
     pub widest: usize,
     pub rows: usize,
@@ -102,13 +126,10 @@ impl<A: RowArgs> RowCall<'_, A> {
         let capacity = gpu.info().max_shared_bytes_per_multiprocessor;
         gpu.bind()?;
         let kernel_for = |plan: &Plan| -> Result<Kernel> {
-            let (path, _) = plan.symbol_path();
-            let symbol = (self.symbol)(path, plan.pack).ok_or_else(|| {
-                Error::Unsupported(format!("no `{}` kernel for these dtypes on the {path} path", self.op))
-            })?;
-            // The cluster path's kernels are built for sm_90 in a module of their own.
-            let module = if plan.kind() == PathKind::Cluster { PtxModule::Cluster } else { self.module };
-            gpu.modules().kernel(module, symbol)
+            let path = plan.row_path();
+            gpu.modules().kernel(self.kernels.at(path, plan.pack)).map_err(|_| {
+                Error::Unsupported(format!("no `{}` kernel for these dtypes on the {path:?} path", self.op))
+            })
         };
         // Asked only when the planner considers the shared path: with the carveout that
         // leaves the column data its L1 room where that comes first, else with all of the
@@ -118,7 +139,7 @@ impl<A: RowArgs> RowCall<'_, A> {
         let shared = |block: u32, bytes: u32| {
             let path = Path::Shared { block, shared_bytes: bytes };
             let shared = kernel_for(&Plan { path, pack: block_pack, phased, grid: 1 })?;
-            shared.allow_dynamic_shared(bytes.max(STATIC_SHARED_BYTES))?;
+            shared.allow_dynamic_shared(bytes.max(ROW_STATIC_SHARED_BYTES))?;
             shared.prefer_shared_carveout(first_carveout)?;
             shared.blocks_per_multiprocessor(block, bytes)
         };
@@ -155,8 +176,8 @@ impl<A: RowArgs> RowCall<'_, A> {
         match plan.path {
             Path::Shared { block, shared_bytes, .. } => {
                 let resident = if self.columns_before_blocks { 0 } else { shared(block, shared_bytes)? };
-                let needed = resident * (shared_bytes + STATIC_SHARED_BYTES + RESERVED_SHARED_BYTES);
-                kernel.allow_dynamic_shared(shared_bytes.max(STATIC_SHARED_BYTES))?;
+                let needed = resident * (shared_bytes + ROW_STATIC_SHARED_BYTES + RESERVED_SHARED_BYTES);
+                kernel.allow_dynamic_shared(shared_bytes.max(ROW_STATIC_SHARED_BYTES))?;
                 kernel.prefer_shared_carveout(shared_carveout(needed, self.column_bytes, capacity))?;
             }
             Path::Cluster { shared_bytes, .. } => {
@@ -226,7 +247,7 @@ mod tests {
         assert_eq!(shared_carveout(0, 1 << 30, capacity), 0);
         // Three blocks of 64 KB (and their reserved and static bytes) outrank 128 KB of gamma
         // and beta.
-        let three_rows = 3 * (65536 + STATIC_SHARED_BYTES + RESERVED_SHARED_BYTES);
+        let three_rows = 3 * (65536 + ROW_STATIC_SHARED_BYTES + RESERVED_SHARED_BYTES);
         assert_eq!(shared_carveout(three_rows, 128 * 1024, capacity), 100);
         assert_eq!(shared_carveout(4 * 1024, 8 * 1024, capacity), 96);
     }

@@ -1,0 +1,539 @@
+//! The kernel table: every exported kernel, declared once per op family.
+//!
+//! Each family's macro holds its lists (kinds, paths, dtypes, packs) and expands them into
+//! one flat list of kernels for a callback. The device instantiates an entry point per
+//! kernel from that list (`entry.rs`); the host resolves a typed [`KernelKey`] to the
+//! kernel's symbol by a `match` generated from the same list. Symbols are spelled by one
+//! macro ([`kernel_symbol!`]), so a kernel missing on either side cannot compile, and no
+//! side ever compares strings. The PTX modules, with the cargo feature that builds each,
+//! are [`Module`]; the builder builds [`Module::ALL`].
+//!
+//! Adding a kind to a family is one token pair in its list, a device function of that name
+//! in `ops/` and a variant the host asks for; nothing else is restated.
+
+use crate::abi::DType;
+
+/// The PTX modules of the device crate. Each is one cargo feature of this crate of the
+/// same name, built into `<name>.ptx`, so a program loads (and the driver JIT-compiles)
+/// only the op families it uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Module {
+    Elementwise,
+    Softmax,
+    Norm,
+    /// The RMSNorm optimization ladder: naive kernels the benchmark compares against.
+    NormLadder,
+    /// The cluster paths of softmax and the norms (thread-block clusters, sm_90).
+    Cluster,
+}
+
+impl Module {
+    pub const ALL: [Module; 5] =
+        [Module::Elementwise, Module::Softmax, Module::Norm, Module::NormLadder, Module::Cluster];
+
+    /// The module's file stem and the cargo feature that builds it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Module::Elementwise => "elementwise",
+            Module::Softmax => "softmax",
+            Module::Norm => "norm",
+            Module::NormLadder => "norm_ladder",
+            Module::Cluster => "cluster",
+        }
+    }
+
+    /// The oldest arch (`90` for sm_90) and the PTX ISA the module needs where they are
+    /// newer than the defaults: the cluster module's cluster barriers and distributed
+    /// shared memory (sm_90), and its `st.async` (PTX ISA 8.1, CUDA 12.1).
+    pub const fn needs(self) -> Option<(u32, &'static str)> {
+        match self {
+            Module::Cluster => Some((90, "ptx81")),
+            _ => None,
+        }
+    }
+}
+
+/// The paths of the row-wise kernels (softmax, the norms), as both sides name them: the
+/// device takes one as a const parameter, the host plans one. A warp path holds a row in
+/// registers, `warp_elements` a lane; the block paths cache the row in shared memory
+/// (`Shared`), across a cluster of blocks (`Cluster`, sm_90) or not at all (`Uncached`).
+/// The `*Phased` block paths run rows that start past a 16-byte boundary from their heads
+/// (`RowShape::phase`); they are kernels of their own because the head and edge elements
+/// cost the aligned kernels registers (measured on the H100: causal and cross-entropy
+/// kernels 8-16 more, 5-10 points of copy at aligned widths).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, core::marker::ConstParamTy)]
+pub enum RowPath {
+    Warp8,
+    Warp16,
+    Warp24,
+    Warp32,
+    Shared,
+    Uncached,
+    Cluster,
+    SharedPhased,
+    UncachedPhased,
+    ClusterPhased,
+}
+
+impl RowPath {
+    /// The warp paths, fewest elements a lane first. 24 serves rows of 513 to 768 columns:
+    /// as the 32-element tier, a 768-column row left each lane a fourth pack of registers
+    /// and loads with nothing in it.
+    pub const WARP: [RowPath; 4] = [RowPath::Warp8, RowPath::Warp16, RowPath::Warp24, RowPath::Warp32];
+
+    /// Elements a lane holds on a warp path; 0 on the block paths.
+    pub const fn warp_elements(self) -> usize {
+        match self {
+            RowPath::Warp8 => 8,
+            RowPath::Warp16 => 16,
+            RowPath::Warp24 => 24,
+            RowPath::Warp32 => 32,
+            _ => 0,
+        }
+    }
+
+    /// Whether the path runs each row from its head.
+    pub const fn phased(self) -> bool {
+        matches!(self, RowPath::SharedPhased | RowPath::UncachedPhased | RowPath::ClusterPhased)
+    }
+
+    /// Whether the path's kernels are in the cluster module.
+    pub const fn clustered(self) -> bool {
+        matches!(self, RowPath::Cluster | RowPath::ClusterPhased)
+    }
+}
+
+/// The exported symbol of a kernel, from its table tokens: `rill_<first>_..._<last>`, and
+/// `_p<pack>` after `; p pack`.
+#[macro_export]
+macro_rules! kernel_symbol {
+    ($first:ident $($part:ident)*; p $pack:literal) => {
+        concat!("rill_", stringify!($first) $(, "_", stringify!($part))*, "_p", stringify!($pack))
+    };
+    ($first:ident $($part:ident)*) => {
+        concat!("rill_", stringify!($first) $(, "_", stringify!($part))*)
+    };
+}
+
+/// The `DType` of a dtype token of the kernel tables (`f32`, `f16`, `bf16`); also a pattern.
+#[macro_export]
+macro_rules! dtype_of {
+    (f32) => {
+        $crate::abi::DType::F32
+    };
+    (f16) => {
+        $crate::abi::DType::F16
+    };
+    (bf16) => {
+        $crate::abi::DType::BF16
+    };
+}
+
+/// Declares a kind enum from a table's `(Variant name)` list, with each kind's name.
+macro_rules! declare_kinds {
+    ($(#[$doc:meta])* $kind:ident [$(($variant:ident $name:ident))*]) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $kind {
+            $($variant,)*
+        }
+
+        impl $kind {
+            pub const ALL: [$kind; [$(stringify!($variant)),*].len()] = [$($kind::$variant,)*];
+
+            /// The name in kernel symbols.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $($kind::$variant => stringify!($name),)*
+                }
+            }
+        }
+    };
+}
+
+/// Every elementwise kernel, as `op Functor arity: input output, ...;` (all inputs of a
+/// kernel share one dtype): `$apply! { ... }` gets the whole list.
+#[macro_export]
+macro_rules! elementwise_kernels {
+    ($apply:ident) => {
+        $apply! {
+            relu Relu 1: f32 f32, f16 f16, bf16 bf16;
+            gelu Gelu 1: f32 f32, f16 f16, bf16 bf16;
+            gelu_tanh GeluTanh 1: f32 f32, f16 f16, bf16 bf16;
+            silu Silu 1: f32 f32, f16 f16, bf16 bf16;
+            sigmoid Sigmoid 1: f32 f32, f16 f16, bf16 bf16;
+            cast Cast 1: f32 f16, f32 bf16, f16 f32, bf16 f32, f16 bf16, bf16 f16;
+            add Add 2: f32 f32, f16 f16, bf16 bf16;
+            sub Sub 2: f32 f32, f16 f16, bf16 bf16;
+            mul Mul 2: f32 f32, f16 f16, bf16 bf16;
+            div Div 2: f32 f32, f16 f16, bf16 bf16;
+            fma Fma 3: f32 f32, f16 f16, bf16 bf16;
+            bias_add_gelu BiasAddGelu 2: f32 f32, f16 f16, bf16 bf16;
+        }
+    };
+}
+
+macro_rules! declare_elementwise_ops {
+    ($($op:ident $functor:ident $arity:literal: $($input:ident $output:ident),+;)+) => {
+        /// An elementwise op: its functor's name.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum ElementwiseOp {
+            $($functor,)+
+        }
+
+        impl ElementwiseOp {
+            pub const ALL: [ElementwiseOp; [$(stringify!($functor)),+].len()] = [$(ElementwiseOp::$functor,)+];
+
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(ElementwiseOp::$functor => stringify!($op),)+
+                }
+            }
+
+            /// Inputs it reads.
+            pub const fn arity(self) -> usize {
+                match self {
+                    $(ElementwiseOp::$functor => $arity,)+
+                }
+            }
+
+            /// The (input, output) dtypes it has kernels for.
+            pub const fn dtypes(self) -> &'static [(DType, DType)] {
+                match self {
+                    $(ElementwiseOp::$functor => &[$(($crate::dtype_of!($input), $crate::dtype_of!($output)),)+],)+
+                }
+            }
+        }
+    };
+}
+
+elementwise_kernels!(declare_elementwise_ops);
+
+/// Every softmax-family kernel: each kind on each path, at each dtype's widest pack and
+/// at pack 1 (rows not aligned to a pack); the phased block paths at the widest pack only.
+/// `softmax_kernels!(main apply)` gives the softmax module's kernels to `apply!` as
+/// `(Kind kind Path path dtype pack)` entries, `cluster` the cluster module's, `all` both;
+/// `kinds` gives the `(Kind kind)` list.
+#[macro_export]
+macro_rules! softmax_kernels {
+    ($mode:ident $apply:ident) => {
+        $crate::softmax_kernels!(@lists $mode $apply
+            [(Forward forward) (Backward backward) (ScaleMask scale_mask) (Causal causal)
+             (CrossEntropy cross_entropy) (CrossEntropyBackward cross_entropy_backward)]
+            [(Warp8 warp8) (Warp16 warp16) (Warp24 warp24) (Warp32 warp32) (Shared shared) (Uncached uncached)]
+            [(SharedPhased shared_phased) (UncachedPhased uncached_phased)]
+            [(Cluster cluster)]
+            [(ClusterPhased cluster_phased)]
+            [(f32 4) (f16 8) (bf16 8)]);
+    };
+    (@lists kinds $apply:ident $kinds:tt $($lists:tt)*) => {
+        $apply! $kinds;
+    };
+    (@lists main $apply:ident $kinds:tt $paths:tt $phased:tt $cluster:tt $cluster_phased:tt $dtypes:tt) => {
+        $crate::softmax_kernels!(@kinds $apply [] $kinds $paths $phased $dtypes);
+    };
+    (@lists cluster $apply:ident $kinds:tt $paths:tt $phased:tt $cluster:tt $cluster_phased:tt $dtypes:tt) => {
+        $crate::softmax_kernels!(@kinds $apply [] $kinds $cluster $cluster_phased $dtypes);
+    };
+    (@lists all $apply:ident $kinds:tt [$($path:tt)*] [$($phased:tt)*] [$($cluster:tt)*] [$($cluster_phased:tt)*]
+        $dtypes:tt) => {
+        $crate::softmax_kernels!(@kinds $apply [] $kinds [$($path)* $($cluster)*] [$($phased)* $($cluster_phased)*]
+            $dtypes);
+    };
+    // One kind at a time: its paths at both packs, its phased paths at the widest.
+    (@kinds $apply:ident [$($out:tt)*] [] $paths:tt $phased:tt $dtypes:tt) => {
+        $crate::softmax_kernels!(@dtypes $apply [] [$($out)*] $dtypes);
+    };
+    (@kinds $apply:ident [$($out:tt)*] [$kind:tt $($kinds:tt)*] [$($path:tt)*] [$($phased:tt)*] $dtypes:tt) => {
+        $crate::softmax_kernels!(@kinds $apply [$($out)* $(($kind $path both))* $(($kind $phased widest))*]
+            [$($kinds)*] [$($path)*] [$($phased)*] $dtypes);
+    };
+    // Then each (kind, path) at each dtype.
+    (@dtypes $apply:ident [$($out:tt)*] [] $dtypes:tt) => {
+        $apply! { $($out)* }
+    };
+    (@dtypes $apply:ident [$($out:tt)*] [(($K:ident $k:ident) ($P:ident $p:ident) both) $($rest:tt)*]
+        [$(($d:ident $w:literal))*]) => {
+        $crate::softmax_kernels!(@dtypes $apply [$($out)* $(($K $k $P $p $d $w) ($K $k $P $p $d 1))*] [$($rest)*]
+            [$(($d $w))*]);
+    };
+    (@dtypes $apply:ident [$($out:tt)*] [(($K:ident $k:ident) ($P:ident $p:ident) widest) $($rest:tt)*]
+        [$(($d:ident $w:literal))*]) => {
+        $crate::softmax_kernels!(@dtypes $apply [$($out)* $(($K $k $P $p $d $w))*] [$($rest)*] [$(($d $w))*]);
+    };
+}
+
+macro_rules! declare_softmax_kinds {
+    ($($kinds:tt)*) => {
+        declare_kinds!(
+            /// A softmax-family kernel kind.
+            SoftmaxKind [$($kinds)*]
+        );
+    };
+}
+softmax_kernels!(kinds declare_softmax_kinds);
+
+/// Every norm row kernel: the forwards for each (x, y, gamma/beta) dtype triple, output
+/// casts included; the backward for the triples whose output is the input dtype; each
+/// path; the widest pack and pack 1. Modes as [`softmax_kernels!`]; entries are
+/// `(Kind kind Path path x y param pack)`.
+#[macro_export]
+macro_rules! norm_kernels {
+    ($mode:ident $apply:ident) => {
+        $crate::norm_kernels!(@lists $mode $apply
+            [(Forward forward) (AddForward add_forward)]
+            [(f32 f32 f32 4) (f16 f16 f16 8) (f16 f16 f32 8) (bf16 bf16 bf16 8) (bf16 bf16 f32 8)
+             (f32 f16 f32 4) (f32 bf16 f32 4)]
+            [(Backward backward)]
+            [(f32 f32 f32 4) (f16 f16 f16 8) (f16 f16 f32 8) (bf16 bf16 bf16 8) (bf16 bf16 f32 8)]
+            [(Warp8 warp8) (Warp16 warp16) (Warp24 warp24) (Warp32 warp32) (Shared shared) (Uncached uncached)]
+            [(Cluster cluster)]);
+    };
+    (@lists kinds $apply:ident [$($forward:tt)*] $forward_types:tt [$($backward:tt)*] $($lists:tt)*) => {
+        $apply!($($forward)* $($backward)*);
+    };
+    (@lists main $apply:ident $forward:tt $forward_types:tt $backward:tt $backward_types:tt $paths:tt $cluster:tt) => {
+        $crate::norm_kernels!(@kinds $apply [] [($forward $forward_types) ($backward $backward_types)] $paths);
+    };
+    (@lists cluster $apply:ident $forward:tt $forward_types:tt $backward:tt $backward_types:tt $paths:tt $cluster:tt) => {
+        $crate::norm_kernels!(@kinds $apply [] [($forward $forward_types) ($backward $backward_types)] $cluster);
+    };
+    (@lists all $apply:ident $forward:tt $forward_types:tt $backward:tt $backward_types:tt [$($path:tt)*]
+        [$($cluster:tt)*]) => {
+        $crate::norm_kernels!(@kinds $apply [] [($forward $forward_types) ($backward $backward_types)]
+            [$($path)* $($cluster)*]);
+    };
+    // One group of kinds at a time, each kind on each path ...
+    (@kinds $apply:ident [$($out:tt)*] [] $paths:tt) => {
+        $crate::norm_kernels!(@types $apply [] [$($out)*]);
+    };
+    (@kinds $apply:ident [$($out:tt)*] [([$($kind:tt)*] $types:tt) $($groups:tt)*] $paths:tt) => {
+        $crate::norm_kernels!(@kinds $apply [$($out)* $(($kind $paths $types))*] [$($groups)*] $paths);
+    };
+    // ... then each (kind, path) at each dtype triple and both packs.
+    (@types $apply:ident [$($out:tt)*] []) => {
+        $apply! { $($out)* }
+    };
+    (@types $apply:ident [$($out:tt)*] [($kind:tt [] $types:tt) $($rest:tt)*]) => {
+        $crate::norm_kernels!(@types $apply [$($out)*] [$($rest)*]);
+    };
+    (@types $apply:ident [$($out:tt)*] [(($K:ident $k:ident) [($P:ident $p:ident) $($paths:tt)*]
+        [$(($x:ident $y:ident $g:ident $w:literal))*]) $($rest:tt)*]) => {
+        $crate::norm_kernels!(@types $apply [$($out)* $(($K $k $P $p $x $y $g $w) ($K $k $P $p $x $y $g 1))*]
+            [(($K $k) [$($paths)*] [$(($x $y $g $w))*]) $($rest)*]);
+    };
+}
+
+macro_rules! declare_norm_kinds {
+    ($($kinds:tt)*) => {
+        declare_kinds!(
+            /// A norm row-kernel kind: the forward, the residual-add forward, the backward.
+            NormKernelKind [$($kinds)*]
+        );
+    };
+}
+norm_kernels!(kinds declare_norm_kinds);
+
+/// The norms' parameter-gradient kernels: stage 1 (`param_grad`, column sums of a chunk
+/// of rows) per input dtype and pack as `(x pack)`, stage 2 (`param_grad_sum`, the chunks
+/// added in order) per parameter dtype as `(param)`.
+#[macro_export]
+macro_rules! norm_param_grad_kernels {
+    ($stage1:ident, $stage2:ident) => {
+        $stage1! { (f32 4) (f32 1) (f16 8) (f16 1) (bf16 8) (bf16 1) }
+        $stage2! { (f32) (f16) (bf16) }
+    };
+}
+
+/// The symbol of the parameter gradients' stage-1 kernel for input dtype `x` and `pack`.
+#[macro_export]
+macro_rules! norm_param_grad_symbol {
+    ($x:ident $pack:literal) => {
+        $crate::kernel_symbol!(norm param_grad chunks $x f32 f32; p $pack)
+    };
+}
+
+/// The symbol of the parameter gradients' stage-2 kernel for parameter dtype `param`.
+#[macro_export]
+macro_rules! norm_param_grad_sum_symbol {
+    ($param:ident) => {
+        $crate::kernel_symbol!(norm param_grad_sum columns f32 f32 $param; p 1)
+    };
+}
+
+/// Every kernel of the RMSNorm optimization ladder, in the order the profiling article
+/// climbs it, as `Rung rung "how it works": dtype pack, ...;` (pack: elements per access,
+/// 1 but for the vectorized rung's 16 bytes).
+#[macro_export]
+macro_rules! norm_ladder_kernels {
+    ($apply:ident) => {
+        $apply! {
+            ThreadPerRow thread_per_row "rung 1: thread per row, scalar": f32 1, f16 1, bf16 1;
+            SharedTree shared_tree "rung 2: block per row, shared-memory tree, scalar": f32 1, f16 1, bf16 1;
+            WarpStrided warp_strided "rung 3: block per row, warp shuffle, scalar": f32 1, f16 1, bf16 1;
+            WarpVectorized warp_vectorized "rung 4: block per row, warp shuffle, 16-byte packs": f32 4, f16 8, bf16 8;
+        }
+    };
+}
+
+macro_rules! declare_ladder_rungs {
+    ($($rung:ident $name:ident $describe:literal: $($dtype:ident $pack:literal),+;)+) => {
+        declare_kinds!(
+            /// A rung of the RMSNorm ladder.
+            LadderRung [$(($rung $name))+]
+        );
+
+        impl LadderRung {
+            /// 1 to 4, the rung's place on the ladder.
+            pub fn number(self) -> usize {
+                LadderRung::ALL.iter().position(|&rung| rung == self).map_or(0, |i| i + 1)
+            }
+
+            /// One line on how the rung works (the benchmark's path column).
+            pub const fn describe(self) -> &'static str {
+                match self {
+                    $(LadderRung::$rung => $describe,)+
+                }
+            }
+
+            /// Elements per access of the rung's `dtype` kernel.
+            pub const fn pack(self, dtype: DType) -> Option<usize> {
+                match (self, dtype) {
+                    $($((LadderRung::$rung, $crate::dtype_of!($dtype)) => Some($pack),)+)+
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+norm_ladder_kernels!(declare_ladder_rungs);
+
+/// A kernel, as the host asks for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KernelKey {
+    Elementwise {
+        op: ElementwiseOp,
+        input: DType,
+        output: DType,
+    },
+    Softmax {
+        kind: SoftmaxKind,
+        path: RowPath,
+        dtype: DType,
+        pack: usize,
+    },
+    /// `dtypes`: x, y, and the weight and bias.
+    Norm {
+        kind: NormKernelKind,
+        path: RowPath,
+        dtypes: (DType, DType, DType),
+        pack: usize,
+    },
+    NormParamGrad {
+        x: DType,
+        pack: usize,
+    },
+    NormParamGradSum {
+        param: DType,
+    },
+    NormLadder {
+        rung: LadderRung,
+        dtype: DType,
+    },
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+impl KernelKey {
+    /// The kernel's exported symbol; `None` where the table has no such kernel.
+    pub fn symbol(self) -> Option<&'static str> {
+        let key = self;
+        macro_rules! elementwise {
+            ($($op:ident $functor:ident $arity:literal: $($input:ident $output:ident),+;)+) => {
+                match key {
+                    $($(KernelKey::Elementwise {
+                        op: ElementwiseOp::$functor,
+                        input: crate::dtype_of!($input),
+                        output: crate::dtype_of!($output),
+                    } => return Some(crate::kernel_symbol!($op $input $output)),)+)+
+                    _ => {}
+                }
+            };
+        }
+        macro_rules! softmax {
+            ($(($K:ident $k:ident $P:ident $p:ident $d:ident $pack:literal))*) => {
+                match key {
+                    $(KernelKey::Softmax {
+                        kind: SoftmaxKind::$K,
+                        path: RowPath::$P,
+                        dtype: crate::dtype_of!($d),
+                        pack: $pack,
+                    } => return Some(crate::kernel_symbol!(softmax $k $p $d; p $pack)),)*
+                    _ => {}
+                }
+            };
+        }
+        macro_rules! norm {
+            ($(($K:ident $k:ident $P:ident $p:ident $x:ident $y:ident $g:ident $pack:literal))*) => {
+                match key {
+                    $(KernelKey::Norm {
+                        kind: NormKernelKind::$K,
+                        path: RowPath::$P,
+                        dtypes: (crate::dtype_of!($x), crate::dtype_of!($y), crate::dtype_of!($g)),
+                        pack: $pack,
+                    } => return Some(crate::kernel_symbol!(norm $k $p $x $y $g; p $pack)),)*
+                    _ => {}
+                }
+            };
+        }
+        macro_rules! param_grad {
+            ($(($x:ident $pack:literal))*) => {
+                match key {
+                    $(KernelKey::NormParamGrad { x: crate::dtype_of!($x), pack: $pack } => {
+                        return Some(crate::norm_param_grad_symbol!($x $pack));
+                    })*
+                    _ => {}
+                }
+            };
+        }
+        macro_rules! param_grad_sum {
+            ($(($g:ident))*) => {
+                match key {
+                    $(KernelKey::NormParamGradSum { param: crate::dtype_of!($g) } => {
+                        return Some(crate::norm_param_grad_sum_symbol!($g));
+                    })*
+                    _ => {}
+                }
+            };
+        }
+        macro_rules! ladder {
+            ($($rung:ident $name:ident $describe:literal: $($dtype:ident $pack:literal),+;)+) => {
+                match key {
+                    $($(KernelKey::NormLadder { rung: LadderRung::$rung, dtype: crate::dtype_of!($dtype) } => {
+                        return Some(crate::kernel_symbol!(norm_ladder $name $dtype));
+                    })+)+
+                    _ => {}
+                }
+            };
+        }
+        elementwise_kernels!(elementwise);
+        softmax_kernels!(all softmax);
+        norm_kernels!(all norm);
+        norm_param_grad_kernels!(param_grad, param_grad_sum);
+        norm_ladder_kernels!(ladder);
+        None
+    }
+
+    /// The PTX module holding the kernel.
+    pub const fn module(self) -> Module {
+        match self {
+            KernelKey::Elementwise { .. } => Module::Elementwise,
+            KernelKey::Softmax { path, .. } | KernelKey::Norm { path, .. } if path.clustered() => Module::Cluster,
+            KernelKey::Softmax { .. } => Module::Softmax,
+            KernelKey::Norm { .. } | KernelKey::NormParamGrad { .. } | KernelKey::NormParamGradSum { .. } => {
+                Module::Norm
+            }
+            KernelKey::NormLadder { .. } => Module::NormLadder,
+        }
+    }
+}
