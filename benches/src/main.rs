@@ -66,7 +66,7 @@ fn main() {
     if let Some(path) = options.from_json.clone() {
         let regenerated = std::fs::read_to_string(&path)
             .map_err(|e| format!("{}: {e}", path.display()))
-            .and_then(|json| report::parse(&json))
+            .and_then(|json| report::parse(&json).map_err(|e| format!("{}: {e}", path.display())))
             .map_err(|e| e.into())
             .and_then(|records| {
                 let device = options.device.clone().unwrap_or_else(|| "an unnamed GPU".into());
@@ -141,7 +141,7 @@ fn run(gpu: Gpu, options: Options) -> Result<(), Box<dyn std::error::Error>> {
     sweep_dtype::<bf16>(&mut bench, &options)?;
     eprintln!();
     let json = options.json.clone().unwrap_or_else(|| PathBuf::from("target/bench/bench.json"));
-    write(&json, &report::to_json(&bench.records))?;
+    write(&json, &report::to_json(&bench.records)?)?;
     report_records(&bench.records, &device, &options)
 }
 
@@ -163,7 +163,7 @@ fn report_records(
     options: &Options,
 ) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(dir) = &options.plot_dir {
-        for (name, svg) in report::plots(records, device) {
+        for (name, svg) in report::plots(records, device)? {
             write(&dir.join(name), &svg)?;
         }
     }

@@ -18,6 +18,14 @@
 //! library, a library without the entry point or an entry point that returns 0 leaves NVTX
 //! silently inactive, as in C; nothing here panics. Only Unix has `dlopen`; elsewhere ranges
 //! are always no-ops.
+//!
+//! Why not a crate (checked 2026-11-23 with the pinned toolchain, gcc and no CUDA toolkit or
+//! libclang): `nvtx` 2.0.0, NVIDIA's maintained release, does not build there, since its
+//! `nvtx-sys` 2.0.0 always runs bindgen 0.72.1 in its build script ("Unable to find libclang").
+//! `nvtx` 1.3.0 builds (a C shim, gcc only) and is a no-op without a tool, but it is the line
+//! superseded when the name passed to NVIDIA (last release January 2024), and its range guard
+//! carries 64-bit range ids through a C `int`. The other names tried (`nvtx-rs`, `nvtx3`,
+//! `tracing-nvtx`) have no installable release.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::marker::PhantomData;
