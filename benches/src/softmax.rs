@@ -17,6 +17,7 @@ const OPS: &[(&str, usize)] = &[
     ("scaled_causal_softmax", 2),
     ("cross_entropy", 1),
     ("cross_entropy_backward", 2),
+    ("logsumexp", 1),
 ];
 
 /// Queries per batch for the causal view `[rows / q, q, cols]`: the largest power of two
@@ -69,6 +70,7 @@ pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
                 + match op {
                     "scaled_masked_softmax" => cols * size,
                     "cross_entropy" | "cross_entropy_backward" => rows * 12,
+                    "logsumexp" => rows * 4,
                     _ => 0,
                 };
             let mut plan: Option<Plan> = None;
@@ -88,6 +90,7 @@ pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
                         &mut y.view_mut().reshape(&[rows / q, q, cols])?,
                     )?,
                     "cross_entropy" => softmax::cross_entropy(stream, x, &target, &mut loss)?,
+                    "logsumexp" => softmax::logsumexp(stream, x, &mut loss)?,
                     _ => softmax::cross_entropy_backward(stream, x, &target, &dloss, y)?,
                 });
                 Ok(())

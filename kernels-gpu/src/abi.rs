@@ -178,7 +178,8 @@ pub struct SoftmaxArgs {
     pub output: u64,
     /// i64 class per row (cross entropy).
     pub target: u64,
-    /// f32 per row: the loss (cross entropy, written) or its gradient (backward, read).
+    /// f32 per row: the loss (cross entropy) or logsumexp (written), or the loss gradient
+    /// (cross entropy backward, read).
     pub row_values: u64,
     /// Rows of the mask, broadcast over `rows` (scale_mask); query length (causal).
     pub period: u64,

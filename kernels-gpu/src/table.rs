@@ -219,7 +219,7 @@ macro_rules! softmax_kernels {
     ($mode:ident $apply:ident) => {
         $crate::softmax_kernels!(@lists $mode $apply
             [(Forward forward) (Backward backward) (ScaleMask scale_mask) (Causal causal)
-             (CrossEntropy cross_entropy) (CrossEntropyBackward cross_entropy_backward)]
+             (CrossEntropy cross_entropy) (CrossEntropyBackward cross_entropy_backward) (LogSumExp logsumexp)]
             [(Warp8 warp8) (Warp16 warp16) (Warp24 warp24) (Warp32 warp32) (Shared shared) (Uncached uncached)]
             [(SharedPhased shared_phased) (UncachedPhased uncached_phased)]
             [(Cluster cluster)]

@@ -8,7 +8,7 @@ use rill::{Element, Tensor};
 use rill_tests::check::{max_error_with_floor, relative_floor};
 use rill_tests::random::Rng;
 use rill_tests::reference::{
-    cross_entropy_backward_magnitude_rows, cross_entropy_backward_rows, cross_entropy_rows,
+    cross_entropy_backward_magnitude_rows, cross_entropy_backward_rows, cross_entropy_rows, logsumexp_rows,
     softmax_backward_magnitude_rows, softmax_backward_rows, softmax_rows,
 };
 use rill_tests::shapes::{SOFTMAX_TEST_COLS, softmax_test_rows};
@@ -204,6 +204,15 @@ fn fused_cases<T: Element>(suite: &mut Suite, at: &str, softmax: Softmax, rows: 
         // A loss is a log-probability: absolute error below 1.
         Ok(measured(&got, &want, |_| 1.0, &plan))
     });
+    suite.case(&format!("softmax/logsumexp/{at}"), tolerance_of::<T>(), |suite, rng| {
+        let x = logits::<T>(rng, rows, cols);
+        let x_dev = Tensor::from_slice(&suite.gpu, &x, &[rows, cols])?;
+        let mut out = suite.poisoned::<f32>(rows, 0)?;
+        let plan = softmax.logsumexp(&suite.stream, &x_dev, &mut out)?;
+        let want = logsumexp_rows(&f64s(&x), cols);
+        // On the log scale: absolute error below 1.
+        Ok(measured(&out.to_vec()?, &want, |_| 1.0, &plan))
+    });
     suite.case(&format!("softmax/cross_entropy_backward/{at}"), tolerance_of::<T>(), |suite, rng| {
         let x: Vec<T> = (0..rows * cols).map(|_| T::from_f64(rng.uniform(-8.0, 8.0))).collect();
         let target = targets(rng);
@@ -243,6 +252,7 @@ fn offset_views<T: Element>(suite: &mut Suite) {
                 let want_pack =
                     move |plan: &Plan| if aligned || (shared && plan.kind() != PathKind::Warp) { widest } else { 1 };
                 offset_forward::<T>(suite, &at, softmax, rows, cols, offsets, want_pack);
+                offset_logsumexp::<T>(suite, &at, softmax, rows, cols, offsets[0], want_pack);
                 offset_backward::<T>(suite, &at, softmax, rows, cols, offsets, want_pack);
             }
         }
@@ -285,6 +295,26 @@ fn offset_forward<T: Element>(
         let plan = softmax.forward(&suite.stream, &view_at(&x_dev, input, &[rows, cols])?, &mut y, false)?;
         let want = softmax_rows(&f64s(&x), cols, false);
         Ok(measured_view(&out.to_vec()?, output, &want, |_| probability_floor::<T>(), &plan, want_pack(&plan)))
+    });
+}
+
+fn offset_logsumexp<T: Element>(
+    suite: &mut Suite,
+    at: &str,
+    softmax: Softmax,
+    rows: usize,
+    cols: usize,
+    input: usize,
+    want_pack: impl Fn(&Plan) -> usize,
+) {
+    suite.case(&format!("softmax/offset_logsumexp/{at}"), tolerance_of::<T>(), |suite, rng| {
+        let x = logits::<T>(rng, rows, cols);
+        let x_dev = suite.upload(&x, input)?;
+        let mut out = suite.poisoned::<f32>(rows, 1)?;
+        let mut values = view_mut_at(&mut out, 1, &[rows])?;
+        let plan = softmax.logsumexp(&suite.stream, &view_at(&x_dev, input, &[rows, cols])?, &mut values)?;
+        let want = logsumexp_rows(&f64s(&x), cols);
+        Ok(measured_view(&out.to_vec()?, 1, &want, |_| 1.0, &plan, want_pack(&plan)))
     });
 }
 

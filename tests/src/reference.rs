@@ -122,6 +122,16 @@ pub fn softmax_rows(x: &[f64], cols: usize, log: bool) -> Vec<f64> {
     y
 }
 
+/// `ln(sum(e^x))` of each row of `cols`: `max + ln(sum(e^(x - max)))`.
+pub fn logsumexp_rows(x: &[f64], cols: usize) -> Vec<f64> {
+    x.chunks(cols)
+        .map(|row| {
+            let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            max + row.iter().map(|v| (v - max).exp()).sum::<f64>().ln()
+        })
+        .collect()
+}
+
 /// Gradient of [`softmax_rows`] from its output `y` and the output gradient `dy`.
 pub fn softmax_backward_rows(y: &[f64], dy: &[f64], cols: usize, log: bool) -> Vec<f64> {
     let mut dx = Vec::with_capacity(y.len());

@@ -1,6 +1,7 @@
 //! Softmax and log-softmax over the last axis, forward and backward, and the fused
 //! variants attention and classification need: scale plus additive mask, scale plus causal
-//! mask, and cross entropy (log-softmax gathered at the targets, never materialized).
+//! mask, cross entropy (log-softmax gathered at the targets, never materialized), and
+//! logsumexp.
 //!
 //! Each call validates its tensors, plans the implementation ([`super::rows::dispatch::plan`]) and
 //! launches; it returns the [`Plan`] it ran, so callers and tests can see the choice.
@@ -184,6 +185,24 @@ impl Softmax {
         call.run()
     }
 
+    /// `out[r] = ln(sum(e^x[r]))` over the last axis, in f32 (`torch.logsumexp(x, -1)`);
+    /// `out` has the shape of `x` without its last axis. Reads each row once.
+    pub fn logsumexp<T: Element>(
+        &self,
+        stream: &Stream,
+        x: &impl AsView<T>,
+        out: &mut impl AsViewMut<f32>,
+    ) -> Result<Plan> {
+        let (x, out) = (x.as_view(), out.as_view_mut());
+        let op = "logsumexp";
+        let mut call = self.call(stream, op, SoftmaxKind::LogSumExp, &x)?;
+        same_shape(op, "the output", out.shape(), &x.shape()[..x.shape().len() - 1])?;
+        check_aligned(op, "the output", out.address(), 4)?;
+        call.args.row_values = out.address();
+        call.reads_once = true;
+        call.run()
+    }
+
     /// `dlogits = (softmax(logits) - onehot(target)) * dloss[row]` (0 for ignored rows).
     pub fn cross_entropy_backward<T: Element>(
         &self,
@@ -269,6 +288,11 @@ pub fn cross_entropy<T: Element>(
     loss: &mut impl AsViewMut<f32>,
 ) -> Result<Plan> {
     Softmax::new().cross_entropy(stream, logits, target, loss)
+}
+
+/// `ln(sum(e^x))` over the last axis, in f32; see [`Softmax::logsumexp`].
+pub fn logsumexp<T: Element>(stream: &Stream, x: &impl AsView<T>, out: &mut impl AsViewMut<f32>) -> Result<Plan> {
+    Softmax::new().logsumexp(stream, x, out)
 }
 
 /// Gradient of [`cross_entropy`]; see [`Softmax::cross_entropy_backward`].

@@ -593,18 +593,25 @@ unsafe fn target_of(target: *const i64, row: u64, cols: u64) -> Option<u64> {
     }
 }
 
+/// What a kind that needs only each row's statistics writes for a row: cross entropy's
+/// loss, logsumexp's value.
+trait RowValue {
+    /// Writes row `row`'s value from its max and sum of `e^(x - max)`.
+    ///
+    /// # Safety
+    /// `row` must be a row of the view `load` reads, whose per-row arrays this holds.
+    unsafe fn write<L: LoadOne>(&self, load: &L, row: u64, max: f32, sum: f32);
+}
+
 /// Cross entropy's output: a loss per row, `max + ln(sum) - x[target]` from the row's
-/// statistics (its max and sum of `e^(x - max)`); 0 where the target is ignored, NaN where
-/// it is outside the row.
+/// statistics; 0 where the target is ignored, NaN where it is outside the row.
 struct Loss {
     target: *const i64,
     loss: *mut f32,
     cols: u64,
 }
 
-impl Loss {
-    /// # Safety
-    /// `row` must be a row of the view `load` reads, whose target and loss arrays this holds.
+impl RowValue for Loss {
     #[inline(always)]
     unsafe fn write<L: LoadOne>(&self, load: &L, row: u64, max: f32, sum: f32) {
         // SAFETY: forwarded; a target inside the row is an element of it.
@@ -620,27 +627,42 @@ impl Loss {
     }
 }
 
-/// Cross entropy on path `PATH`: a row's statistics are all the loss needs, so every path
-/// reads each row once and writes only the loss (the block paths stream their rows, with
-/// no cache; the shared path's kernel is the uncached one's).
+/// `ln(sum(e^x))` of each row, as f32: `max + ln(sum)`.
+struct LogSumExp {
+    out: *mut f32,
+}
+
+impl RowValue for LogSumExp {
+    #[inline(always)]
+    unsafe fn write<L: LoadOne>(&self, _load: &L, row: u64, max: f32, sum: f32) {
+        // SAFETY: forwarded; `out` holds a value per row.
+        unsafe { self.out.add(row as usize).write(max + crate::math::log(sum)) }
+    }
+}
+
+/// A statistics-only kind on path `PATH`: a row's max and sum are all its value needs, so
+/// every path reads each row once and writes only the value (the block paths stream their
+/// rows, with no cache; the shared path's kernel is the uncached one's).
 #[inline(always)]
-unsafe fn cross_entropy_path<L: Load<P> + LoadOne, const P: usize, const PATH: RowPath>(
+unsafe fn row_value_path<L: Load<P> + LoadOne, V: RowValue, const P: usize, const PATH: RowPath>(
     load: &L,
-    loss: &Loss,
+    value: &V,
     args: &SoftmaxArgs,
 ) {
     // SAFETY (whole body): as the forward paths.
     unsafe {
         match PATH {
-            RowPath::Uncached | RowPath::Shared => streamed_loss::<L, _, P, false>(load, loss, args, &BlockSplit),
+            RowPath::Uncached | RowPath::Shared => streamed_value::<L, V, _, P, false>(load, value, args, &BlockSplit),
             RowPath::UncachedPhased | RowPath::SharedPhased => {
-                streamed_loss::<L, _, P, true>(load, loss, args, &BlockSplit)
+                streamed_value::<L, V, _, P, true>(load, value, args, &BlockSplit)
             }
             #[cfg(feature = "cluster")]
-            RowPath::Cluster => ClusterSplit::run(|split| streamed_loss::<L, _, P, false>(load, loss, args, split)),
+            RowPath::Cluster => {
+                ClusterSplit::run(|split| streamed_value::<L, V, _, P, false>(load, value, args, split))
+            }
             #[cfg(feature = "cluster")]
             RowPath::ClusterPhased => {
-                ClusterSplit::run(|split| streamed_loss::<L, _, P, true>(load, loss, args, split))
+                ClusterSplit::run(|split| streamed_value::<L, V, _, P, true>(load, value, args, split))
             }
             _ => on_warp_path!(PATH, E => {
                 let at = WarpRows::new::<E>(&args.shape);
@@ -650,7 +672,7 @@ unsafe fn cross_entropy_path<L: Load<P> + LoadOne, const P: usize, const PATH: R
                     let sum = warp_row_reduce::<Sum, E>(|r, i| exp(x[r][i] - max[r]), at.width);
                     unroll::<2>(|r| {
                         if at.lane == 0 && at.holds::<E>(r, first, args.shape.rows) {
-                            loss.write(load, first + r as u64, max[r], sum[r]);
+                            value.write(load, first + r as u64, max[r], sum[r]);
                         }
                     });
                 });
@@ -659,11 +681,11 @@ unsafe fn cross_entropy_path<L: Load<P> + LoadOne, const P: usize, const PATH: R
     }
 }
 
-/// [`cross_entropy_path`] on the block paths, split over blocks as `split` says.
+/// [`row_value_path`] on the block paths, split over blocks as `split` says.
 #[inline(always)]
-unsafe fn streamed_loss<L: Load<P> + LoadOne, R: RowSplit, const P: usize, const PHASED: bool>(
+unsafe fn streamed_value<L: Load<P> + LoadOne, V: RowValue, R: RowSplit, const P: usize, const PHASED: bool>(
     load: &L,
-    loss: &Loss,
+    value: &V,
     args: &SoftmaxArgs,
     split: &R,
 ) {
@@ -673,7 +695,7 @@ unsafe fn streamed_loss<L: Load<P> + LoadOne, R: RowSplit, const P: usize, const
         let edge = split.edge::<P, PHASED>(&args.shape, at).map(|col| (col, load.load_one(at.row, col)));
         let (max, sum) = streamed_statistics(load, split, at, slice.in_row(at), edge);
         if thread_idx_x() == 0 && split.leads() {
-            loss.write(load, at.row, max, sum);
+            value.write(load, at.row, max, sum);
         }
     });
 }
@@ -790,7 +812,16 @@ pub unsafe fn cross_entropy<T: Scalar, const P: usize, const PATH: RowPath>(args
     unsafe {
         let (load, _) = direct::<T, PATH>(args.input, &args.shape);
         let loss = Loss { target: args.target as *const i64, loss: args.row_values as *mut f32, cols: args.shape.cols };
-        cross_entropy_path::<_, P, PATH>(&load, &loss, args);
+        row_value_path::<_, _, P, PATH>(&load, &loss, args);
+    }
+}
+
+#[inline(always)]
+pub unsafe fn logsumexp<T: Scalar, const P: usize, const PATH: RowPath>(args: &SoftmaxArgs) {
+    // SAFETY: see `direct`; `row_values` has `rows` elements.
+    unsafe {
+        let (load, _) = direct::<T, PATH>(args.input, &args.shape);
+        row_value_path::<_, _, P, PATH>(&load, &LogSumExp { out: args.row_values as *mut f32 }, args);
     }
 }
 
