@@ -20,7 +20,6 @@ mod error;
 mod gpu;
 mod launch;
 mod module;
-pub mod npy;
 pub mod nvtx;
 mod ops;
 mod tensor;

@@ -79,7 +79,7 @@ fn gpu_bundle(args: &[String]) -> Result<(), String> {
         .filter(|l| l.contains("\"reason\":\"compiler-artifact\"") && l.contains("\"kind\":[\"test\"]"))
         .filter_map(|l| l.split("\"executable\":\"").nth(1)?.split('"').next().map(PathBuf::from))
         .collect();
-    cargo(&root, &["build", "--release", "-p", "rill-benches", "-p", "rill-host", "--bins"])?;
+    cargo(&root, &["build", "--release", "-p", "rill-benches", "-p", "rill-cli"])?;
     executables.push(root.join("target/release/rill-bench"));
     executables.push(root.join("target/release/rill"));
     for exe in executables {
