@@ -229,19 +229,19 @@ impl RowArgs for NormArgs {
     }
 }
 
-/// Threads per block of the parameter-gradient kernels: [`NORM_PARAM_GRAD_WARPS`] warps,
-/// each lane owning one pack of columns.
-pub const NORM_PARAM_GRAD_WARPS: u32 = 8;
+/// Warps per block of the column sums' stage 1 (the norms' parameter gradients), each lane
+/// owning one pack of columns.
+pub const COLUMN_SUM_WARPS: u32 = 8;
 
-/// Columns of a parameter-gradient stage-1 tile at pack `pack`: a pack per lane of a warp.
-pub const fn norm_param_grad_tile_cols(pack: usize) -> usize {
+/// Columns of a column-sum stage-1 tile at pack `pack`: a pack per lane of a warp.
+pub const fn column_sum_tile_cols(pack: usize) -> usize {
     32 * pack
 }
 
-/// Dynamic shared memory of a stage-1 block at pack `pack`: each warp's two f32 sums per
-/// column of its tile, added in a fixed order.
-pub const fn norm_param_grad_shared_bytes(pack: usize) -> u32 {
-    (2 * norm_param_grad_tile_cols(pack) * NORM_PARAM_GRAD_WARPS as usize * size_of::<f32>()) as u32
+/// Dynamic shared memory of a column-sum stage-1 block at pack `pack`: each warp's two f32
+/// sums per column of its tile, added in a fixed order.
+pub const fn column_sum_shared_bytes(pack: usize) -> u32 {
+    (2 * column_sum_tile_cols(pack) * COLUMN_SUM_WARPS as usize * size_of::<f32>()) as u32
 }
 
 /// Parameters of the two-stage dgamma/dbeta reduction: stage 1 (`param_grad`) writes

@@ -1,5 +1,6 @@
 //! One module per op family: validate, dispatch, launch.
 
+mod columns;
 pub mod elementwise;
 pub mod norm;
 /// The RMSNorm optimization ladder: the benchmark's naive comparators, not part of the

@@ -24,17 +24,13 @@ pub use super::rows::dispatch::{Path, PathKind, Plan};
 /// registers of row) and ran at 65-70% of copy at 1024 columns on the H100, where the
 /// shared path reached 86-100%.
 const BACKWARD_WARP_MAX_COLS: usize = 512;
+use super::columns::{ColumnSumArgs, sum_columns};
 use super::rows::{RowCall, RowKernels, check_aligned, rows_cols, same_shape};
-use crate::error::{DriverContext, Error, Result, invalid};
-use crate::launch::{LaunchConfig, grid_stride_blocks, launch};
+use crate::Stream;
+use crate::error::{Error, Result, invalid};
 use crate::module::KernelKey;
 use crate::tensor::{AsView, AsViewMut, DType, Element, View, ViewMut};
-use crate::{DeviceInfo, Stream};
-use cust::memory::DeviceBuffer;
-use rill_kernels_gpu::abi::{
-    NORM_PARAM_GRAD_WARPS, NormArgs, NormParamGradArgs, max_pack, norm_param_grad_shared_bytes,
-    norm_param_grad_tile_cols,
-};
+use rill_kernels_gpu::abi::{NormArgs, NormParamGradArgs, max_pack};
 use rill_kernels_gpu::table::{NormKernelKind, RowPath};
 
 /// Which norm: LayerNorm centers and scales, `(x - mean) * rstd * weight + bias`; RMSNorm
@@ -425,56 +421,21 @@ impl Norm {
     }
 }
 
-/// How stage 1 of the parameter gradients splits the rows: enough blocks for two waves,
-/// chunks of at least 32 rows (the partial sums stay small beside the input).
-pub fn param_grad_chunks(rows: usize, cols: usize, pack: usize, device: &DeviceInfo) -> (u64, u64) {
-    let tiles = cols.div_ceil(norm_param_grad_tile_cols(pack)) as u64;
-    let threads_per_block = NORM_PARAM_GRAD_WARPS * 32;
-    let resident = device.multiprocessors as u64 * (device.max_threads_per_multiprocessor / threads_per_block) as u64;
-    let max_chunks = (rows as u64 / 32).max(1);
-    let chunks = (2 * resident / tiles).clamp(1, max_chunks);
-    let rows_per_chunk = (rows as u64).div_ceil(chunks);
-    (rows_per_chunk, (rows as u64).div_ceil(rows_per_chunk))
+impl ColumnSumArgs for NormParamGradArgs {
+    fn set_chunking(&mut self, rows_per_chunk: u64, chunks: u64, partial: u64) {
+        (self.rows_per_chunk, self.chunks, self.partial) = (rows_per_chunk, chunks, partial);
+    }
 }
 
-/// dweight (and dbias): stage 1 writes chunk sums to a stream-ordered workspace, stage 2
-/// adds them in chunk order.
-fn param_grads<T: Element, G: Element>(
-    stream: &Stream,
-    op: &str,
-    mut args: NormParamGradArgs,
-    pack: usize,
-) -> Result<()> {
-    let gpu = stream.gpu();
-    let device = gpu.info();
-    let (rows, cols) = (args.rows as usize, args.cols as usize);
-    (args.rows_per_chunk, args.chunks) = param_grad_chunks(rows, cols, pack, device);
+/// dweight (and dbias): the column sums of `dy * x̂` (and `dy`).
+fn param_grads<T: Element, G: Element>(stream: &Stream, op: &str, args: NormParamGradArgs, pack: usize) -> Result<()> {
+    let modules = stream.gpu().modules();
     let unsupported = |_| Error::Unsupported(format!("`{op}`: no parameter-gradient kernel for {}", T::DTYPE.name()));
-    let stage1 = gpu.modules().kernel(KernelKey::NormParamGrad { x: T::DTYPE, pack }).map_err(unsupported)?;
-    let stage2 = gpu.modules().kernel(KernelKey::NormParamGradSum { param: G::DTYPE }).map_err(unsupported)?;
-    let partial_len = 2 * args.chunks as usize * cols;
-    // SAFETY: stage 1 writes every partial sum stage 2 reads, before it on the same stream.
-    let partial =
-        unsafe { DeviceBuffer::<f32>::uninitialized_async(partial_len, stream.raw()) }.during("cuMemAllocAsync")?;
-    args.partial = partial.as_device_ptr().as_raw();
-    let block = NORM_PARAM_GRAD_WARPS * 32;
-    let tiles = cols.div_ceil(norm_param_grad_tile_cols(pack)) as u32;
-    let stage1_config = LaunchConfig {
-        grid: tiles * args.chunks as u32,
-        block,
-        shared_bytes: norm_param_grad_shared_bytes(pack),
-        cluster: 1,
-    };
-    let stage2_config =
-        LaunchConfig { grid: grid_stride_blocks(cols as u64, 256, device), block: 256, shared_bytes: 0, cluster: 1 };
-    // SAFETY: the caller checked x and dy (rows x cols, aligned to `pack`), mean and rstd
-    // (rows), dweight and dbias (cols); the partial buffer holds 2 x chunks x cols; the grid
-    // is tiles x chunks blocks of the warps stage 1 expects, with its shared memory.
-    let launched = unsafe {
-        launch(stream, stage1, stage1_config, &args).and_then(|()| launch(stream, stage2, stage2_config, &args))
-    };
-    partial.drop_async(stream.raw()).during("cuMemFreeAsync")?;
-    launched
+    let chunks = modules.kernel(KernelKey::NormParamGrad { x: T::DTYPE, pack }).map_err(unsupported)?;
+    let totals = modules.kernel(KernelKey::NormParamGradSum { param: G::DTYPE }).map_err(unsupported)?;
+    // SAFETY: both kernels take NormParamGradArgs; the caller checked x and dy (rows x cols,
+    // aligned to `pack`), mean and rstd (rows), dweight and dbias (cols).
+    unsafe { sum_columns(stream, (chunks, totals), args, (args.rows as usize, args.cols as usize, pack)) }
 }
 
 #[cfg(test)]
@@ -513,16 +474,6 @@ mod tests {
         }
         for param in [f32_, f16_, bf16_] {
             assert!(KernelKey::NormParamGradSum { param }.symbol().is_some());
-        }
-    }
-
-    #[test]
-    fn param_grad_chunks_cover_the_rows_in_chunks_of_at_least_32() {
-        let device = crate::launch::tests::h100();
-        for (rows, cols, pack) in [(49152, 4096, 8), (49152, 128, 8), (1, 1, 1), (33, 5, 1), (4096, 65536, 4)] {
-            let (per_chunk, chunks) = param_grad_chunks(rows, cols, pack, &device);
-            assert!(per_chunk * chunks >= rows as u64 && per_chunk * (chunks - 1) < rows as u64);
-            assert!(per_chunk >= 32 || chunks == 1, "{rows} {cols}: {per_chunk} x {chunks}");
         }
     }
 }

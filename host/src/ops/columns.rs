@@ -1,0 +1,86 @@
+//! The host side of the deterministic column sums (the device's `columns` module): how
+//! stage 1 chunks the rows, its stream-ordered workspace, and the two launches. The norms'
+//! parameter gradients use it; any per-column statistic of a row-major tensor can.
+
+use crate::error::{DriverContext, Result};
+use crate::launch::{LaunchConfig, grid_stride_blocks, launch};
+use crate::module::Kernel;
+use crate::{DeviceInfo, Stream};
+use cust::memory::DeviceBuffer;
+use rill_kernels_gpu::abi::{COLUMN_SUM_WARPS, column_sum_shared_bytes, column_sum_tile_cols};
+
+/// Threads per block of stage 2 (a thread per column, grid-strided).
+const TOTALS_BLOCK: u32 = 256;
+
+/// Parameters of a column-sum kernel pair, which take the chunking and the workspace.
+pub(crate) trait ColumnSumArgs: Copy {
+    fn set_chunking(&mut self, rows_per_chunk: u64, chunks: u64, partial: u64);
+}
+
+/// How stage 1 splits `rows`: enough blocks for two waves, chunks of at least 32 rows (the
+/// partial sums stay small beside the input). Returns rows per chunk and chunks.
+pub fn chunking(rows: usize, cols: usize, pack: usize, device: &DeviceInfo) -> (u64, u64) {
+    let tiles = cols.div_ceil(column_sum_tile_cols(pack)) as u64;
+    let threads_per_block = COLUMN_SUM_WARPS * 32;
+    let resident = device.multiprocessors as u64 * (device.max_threads_per_multiprocessor / threads_per_block) as u64;
+    let max_chunks = (rows as u64 / 32).max(1);
+    let chunks = (2 * resident / tiles).clamp(1, max_chunks);
+    let rows_per_chunk = (rows as u64).div_ceil(chunks);
+    (rows_per_chunk, (rows as u64).div_ceil(rows_per_chunk))
+}
+
+/// Stage 1 (`chunk_sums`) then stage 2 (`chunk_totals`) over `rows x cols` at `pack`, with
+/// a workspace of two f32 per chunk and column, freed in stream order.
+///
+/// # Safety
+/// Both kernels must take `A`, and every array `args` names must be valid for `rows x cols`
+/// at `pack` (per-row arrays `rows`, outputs `cols`), as the kernels read and write them.
+pub(crate) unsafe fn sum_columns<A: ColumnSumArgs>(
+    stream: &Stream,
+    (chunks_kernel, totals_kernel): (Kernel, Kernel),
+    mut args: A,
+    (rows, cols, pack): (usize, usize, usize),
+) -> Result<()> {
+    let device = stream.gpu().info();
+    let (rows_per_chunk, chunks) = chunking(rows, cols, pack, device);
+    // SAFETY: stage 1 writes every partial sum stage 2 reads, before it on the same stream.
+    let partial = unsafe { DeviceBuffer::<f32>::uninitialized_async(2 * chunks as usize * cols, stream.raw()) }
+        .during("cuMemAllocAsync")?;
+    args.set_chunking(rows_per_chunk, chunks, partial.as_device_ptr().as_raw());
+    let tiles = cols.div_ceil(column_sum_tile_cols(pack)) as u32;
+    let chunks_config = LaunchConfig {
+        grid: tiles * chunks as u32,
+        block: COLUMN_SUM_WARPS * 32,
+        shared_bytes: column_sum_shared_bytes(pack),
+        cluster: 1,
+    };
+    let totals_config = LaunchConfig {
+        grid: grid_stride_blocks(cols as u64, TOTALS_BLOCK, device),
+        block: TOTALS_BLOCK,
+        shared_bytes: 0,
+        cluster: 1,
+    };
+    // SAFETY: the caller's promise for the arrays; the workspace holds 2 x chunks x cols; the
+    // grid is tiles x chunks blocks of the warps stage 1 expects, with its shared memory.
+    let launched = unsafe {
+        launch(stream, chunks_kernel, chunks_config, &args)
+            .and_then(|()| launch(stream, totals_kernel, totals_config, &args))
+    };
+    partial.drop_async(stream.raw()).during("cuMemFreeAsync")?;
+    launched
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_cover_the_rows_in_chunks_of_at_least_32() {
+        let device = crate::launch::tests::h100();
+        for (rows, cols, pack) in [(49152, 4096, 8), (49152, 128, 8), (1, 1, 1), (33, 5, 1), (4096, 65536, 4)] {
+            let (per_chunk, chunks) = chunking(rows, cols, pack, &device);
+            assert!(per_chunk * chunks >= rows as u64 && per_chunk * (chunks - 1) < rows as u64);
+            assert!(per_chunk >= 32 || chunks == 1, "{rows} {cols}: {per_chunk} x {chunks}");
+        }
+    }
+}
