@@ -709,13 +709,11 @@ fn check_dtypes(op: &Op, inputs: &[Input]) -> Result<Dtype, Failure> {
 
 /// An element type that has a `.npy` dtype.
 trait NpyElement: Element {
-    const ONE: Self;
     fn slice(data: &NpyData) -> Option<&[Self]>;
     fn wrap(values: Vec<Self>) -> NpyData;
 }
 
 impl NpyElement for f32 {
-    const ONE: Self = 1.0;
     fn slice(data: &NpyData) -> Option<&[Self]> {
         if let NpyData::F32(values) = data { Some(values) } else { None }
     }
@@ -725,7 +723,6 @@ impl NpyElement for f32 {
 }
 
 impl NpyElement for f16 {
-    const ONE: Self = f16::ONE;
     fn slice(data: &NpyData) -> Option<&[Self]> {
         if let NpyData::F16(values) = data { Some(values) } else { None }
     }
@@ -735,7 +732,6 @@ impl NpyElement for f16 {
 }
 
 impl NpyElement for i64 {
-    const ONE: Self = 1;
     fn slice(data: &NpyData) -> Option<&[Self]> {
         if let NpyData::I64(values) = data { Some(values) } else { None }
     }
@@ -879,11 +875,6 @@ fn execute_norm<T: NpyElement, G: NpyElement>(
     let (plan, y): (Plan, Tensor<T>) = match kernel {
         Kernel::Norm { kind, residual, eps } => {
             let bias = upload_flag::<G>(gpu, inputs, "bias")?;
-            // PyTorch takes a bias without a weight; the library's bias follows a weight.
-            let weight = match (weight, &bias) {
-                (None, Some(_)) => Some(Tensor::from_slice(gpu, &vec![G::ONE; cols], &[cols])?),
-                (weight, _) => weight,
-            };
             let residual = if residual { Some(required("residual")?) } else { None };
             let mut sum = residual.as_ref().map(|_| Tensor::<T>::zeros(gpu, &shape)).transpose()?;
             let stats = |flag| wants(flag).then(|| Tensor::<f32>::zeros(gpu, &stats_shape)).transpose();
@@ -902,7 +893,8 @@ fn execute_norm<T: NpyElement, G: NpyElement>(
             let plan = match (&weight, &bias) {
                 (Some(weight), Some(bias)) => norm.forward(&stream, kind, eps, call.weight(weight).bias(bias))?,
                 (Some(weight), None) => norm.forward(&stream, kind, eps, call.weight(weight))?,
-                (None, _) => norm.forward(&stream, kind, eps, call)?,
+                (None, Some(bias)) => norm.forward(&stream, kind, eps, call.bias(bias))?,
+                (None, None) => norm.forward(&stream, kind, eps, call)?,
             };
             stream.synchronize()?;
             outputs.push(extra_output("output-sum", sum.filter(|_| wants("output-sum")))?);
@@ -947,13 +939,14 @@ fn execute_norm<T: NpyElement, G: NpyElement>(
                     // dbias is float32.
                     let grad = |wanted: bool| wanted.then(|| Tensor::<f32>::zeros(gpu, &[cols])).transpose();
                     let (mut dweight, mut dbias) = (grad(with_dweight)?, grad(wants("grad-bias"))?);
-                    if let Some(dweight) = &mut dweight {
-                        call = call.dweight(dweight);
-                    }
-                    if let Some(dbias) = &mut dbias {
-                        call = call.dbias(dbias);
-                    }
-                    let plan = norm.backward(&stream, kind, call)?;
+                    let plan = match (&mut dweight, &mut dbias) {
+                        (Some(dweight), Some(dbias)) => {
+                            norm.backward(&stream, kind, call.dweight(dweight).dbias(dbias))?
+                        }
+                        (Some(dweight), None) => norm.backward(&stream, kind, call.dweight(dweight))?,
+                        (None, Some(dbias)) => norm.backward(&stream, kind, call.dbias(dbias))?,
+                        (None, None) => norm.backward(&stream, kind, call)?,
+                    };
                     stream.synchronize()?;
                     outputs.push(extra_output("grad-bias", dbias)?);
                     plan
