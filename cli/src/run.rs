@@ -650,13 +650,14 @@ fn execute_norm<T: NpyElement, G: NpyElement>(
                     // float32.
                     let grad = |wanted: bool| wanted.then(|| Tensor::<f32>::zeros(gpu, &[cols])).transpose();
                     let (mut dweight, mut dbias) = (grad(with_dweight)?, grad(wants("grad-bias"))?);
-                    if let Some(dweight) = &mut dweight {
-                        call = call.dweight(dweight);
-                    }
-                    if let Some(dbias) = &mut dbias {
-                        call = call.dbias(dbias);
-                    }
-                    let plan = norm.backward(&stream, kind, call)?;
+                    let plan = match (&mut dweight, &mut dbias) {
+                        (Some(dweight), Some(dbias)) => {
+                            norm.backward(&stream, kind, call.dweight(dweight).dbias(dbias))?
+                        }
+                        (Some(dweight), None) => norm.backward(&stream, kind, call.dweight(dweight))?,
+                        (None, Some(dbias)) => norm.backward(&stream, kind, call.dbias(dbias))?,
+                        (None, None) => norm.backward(&stream, kind, call)?,
+                    };
                     stream.synchronize()?;
                     outputs.push(extra_output("grad-bias", dbias)?);
                     plan

@@ -201,6 +201,13 @@ macro_rules! view_common {
                 self.address
             }
 
+            /// A view of no allocation, for unit tests of what an op records before it
+            /// touches a device.
+            #[cfg(test)]
+            pub(crate) fn detached(address: u64, shape: &[usize]) -> Self {
+                $view { address, shape: shape.to_vec(), _borrow: PhantomData }
+            }
+
             /// The same elements as `shape` (same count).
             pub fn reshape(self, shape: &[usize]) -> Result<Self> {
                 if element_count(shape)? != self.len() {

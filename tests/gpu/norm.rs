@@ -9,7 +9,7 @@
 
 use crate::harness::{Measured, Suite, view_at, view_mut_at};
 use half::{bf16, f16};
-use rill::norm::{Backward, Forward, Norm, NormKind, PathKind, Plan};
+use rill::norm::{Backward, Forward, GradParams, Norm, NormKind, PathKind, Plan};
 use rill::{DType, Element, Tensor, View, ViewMut};
 use rill_kernels_gpu::abi::max_pack;
 use rill_tests::check::{max_error_with_floor, relative_floor};
@@ -88,16 +88,33 @@ struct Spec {
     /// The forward saves mean (LayerNorm) and rstd; the backward computes dweight (and
     /// dbias for LayerNorm).
     extras: bool,
+    /// Gives the weight after the other parts (forward: the residual, statistics and bias;
+    /// backward: the mean, dbias and dweight), so another part fixes the parameter dtype.
+    weight_last: bool,
     eps: f32,
 }
 
 impl Spec {
     /// LayerNorm with weight and bias, saving its statistics.
-    const LAYER: Spec =
-        Spec { kind: NormKind::LayerNorm, weight: true, bias: true, residual: false, extras: true, eps: EPS };
+    const LAYER: Spec = Spec {
+        kind: NormKind::LayerNorm,
+        weight: true,
+        bias: true,
+        residual: false,
+        extras: true,
+        weight_last: false,
+        eps: EPS,
+    };
     /// RMSNorm with a weight, saving rstd.
-    const RMS: Spec =
-        Spec { kind: NormKind::RmsNorm, weight: true, bias: false, residual: false, extras: true, eps: EPS };
+    const RMS: Spec = Spec {
+        kind: NormKind::RmsNorm,
+        weight: true,
+        bias: false,
+        residual: false,
+        extras: true,
+        weight_last: false,
+        eps: EPS,
+    };
 
     fn rms(&self) -> bool {
         self.kind == NormKind::RmsNorm
@@ -115,21 +132,25 @@ impl Spec {
         Spec { eps, ..self }
     }
 
+    fn weight_last(self) -> Spec {
+        Spec { weight_last: true, ..self }
+    }
+
     fn forward_op(&self) -> String {
         format!("{}{}", if self.residual { "add_" } else { "" }, self.kind.name())
     }
 
-    /// The optional parts, for the case's name.
+    /// The optional parts, for the case's name: the weight first or last, as given.
     fn tag(&self, backward: bool) -> String {
         let mut parts = Vec::new();
-        if self.weight {
-            parts.push("w");
-        }
         if self.bias && !backward {
             parts.push("b");
         }
         if self.extras {
             parts.push(if backward { "grads" } else { "stats" });
+        }
+        if self.weight {
+            parts.insert(if self.weight_last { parts.len() } else { 0 }, "w");
         }
         if parts.is_empty() { "plain".into() } else { parts.join(",") }
     }
@@ -425,16 +446,13 @@ struct ForwardRun<T, U> {
     rstd: Option<Vec<f32>>,
 }
 
-fn options<'a, T: Element, U: Element, G: Element>(
-    mut call: Forward<'a, T, U, G>,
-    bias: Option<&'a View<'_, G>>,
+/// Gives `call` the residual and the statistics to save, where asked for.
+fn options<'a, T: Element, U: Element, P>(
+    mut call: Forward<'a, T, U, P>,
     residual: Option<(&'a View<'_, T>, &'a mut ViewMut<'_, T>)>,
     mean: Option<&'a mut ViewMut<'_, f32>>,
     rstd: Option<&'a mut ViewMut<'_, f32>>,
-) -> Forward<'a, T, U, G> {
-    if let Some(bias) = bias {
-        call = call.bias(bias);
-    }
+) -> Forward<'a, T, U, P> {
     if let Some((residual, sum)) = residual {
         call = call.residual(residual, sum);
     }
@@ -476,19 +494,19 @@ fn launch_forward<T: Element, U: Element, G: Element>(
         let bias = bias_dev.as_ref().map(|t| view_at(t, o.param, &[cols])).transpose()?;
         let mut mean = mean_dev.as_mut().map(|t| view_mut_at(t, o.output, &[rows])).transpose()?;
         let mut rstd = rstd_dev.as_mut().map(|t| view_mut_at(t, o.output, &[rows])).transpose()?;
-        let residual = residual.as_ref().zip(sum.as_mut());
+        let (residual, mean, rstd) = (residual.as_ref().zip(sum.as_mut()), mean.as_mut(), rstd.as_mut());
         let call = Forward::new(&x, &mut y);
-        let (norm, stream) = (at.norm(), &suite.stream);
-        match &weight {
-            Some(w) => norm.forward(
-                stream,
-                spec.kind,
-                spec.eps,
-                options(call.weight(w), bias.as_ref(), residual, mean.as_mut(), rstd.as_mut()),
-            )?,
-            None => {
-                assert!(bias.is_none(), "the cases give a bias only with a weight");
-                norm.forward(stream, spec.kind, spec.eps, options(call, None, residual, mean.as_mut(), rstd.as_mut()))?
+        let (norm, stream, kind, eps) = (at.norm(), &suite.stream, spec.kind, spec.eps);
+        match (&weight, &bias, spec.weight_last) {
+            (None, None, _) => norm.forward(stream, kind, eps, options(call, residual, mean, rstd))?,
+            (None, Some(b), _) => norm.forward(stream, kind, eps, options(call, residual, mean, rstd).bias(b))?,
+            (Some(w), None, false) => norm.forward(stream, kind, eps, options(call.weight(w), residual, mean, rstd))?,
+            (Some(w), None, true) => norm.forward(stream, kind, eps, options(call, residual, mean, rstd).weight(w))?,
+            (Some(w), Some(b), false) => {
+                norm.forward(stream, kind, eps, options(call.weight(w), residual, mean, rstd).bias(b))?
+            }
+            (Some(w), Some(b), true) => {
+                norm.forward(stream, kind, eps, options(call, residual, mean, rstd).bias(b).weight(w))?
             }
         }
     };
@@ -591,15 +609,12 @@ struct BackwardRun<T> {
     dbias: Option<Vec<f32>>,
 }
 
-fn grad_options<'a, T: Element, H: Element>(
-    mut call: Backward<'a, T, H>,
-    mean: Option<&'a View<'_, f32>>,
+/// Gives `call`, whose parameter dtype is fixed, dweight and dbias where asked for.
+fn grads<'a, T: Element, H: Element>(
+    mut call: Backward<'a, T, GradParams<'a, H>>,
     dweight: Option<&'a mut ViewMut<'_, H>>,
     dbias: Option<&'a mut ViewMut<'_, H>>,
-) -> Backward<'a, T, H> {
-    if let Some(mean) = mean {
-        call = call.mean(mean);
-    }
+) -> Backward<'a, T, GradParams<'a, H>> {
     if let Some(dweight) = dweight {
         call = call.dweight(dweight);
     }
@@ -655,6 +670,11 @@ fn launch_backward<T: Element, G: Element>(
         let mean = mean_dev.as_ref().map(|t| view_at(t, o.input, &[rows])).transpose()?;
         let mut dx = view_mut_at(&mut dx_dev, o.output, &shape)?;
         let call = Backward::new(&x, &dy, &rstd, &mut dx);
+        let call = match &mean {
+            Some(mean) => call.mean(mean),
+            None => call,
+        };
+        let kind = spec.kind;
         match &weight_dev {
             Some(weight_dev) => {
                 let weight = view_at(weight_dev, o.param, &[cols])?;
@@ -662,8 +682,12 @@ fn launch_backward<T: Element, G: Element>(
                 let plan = {
                     let mut dweight = dweight_dev.as_mut().map(|t| view_mut_at(t, o.output, &[cols])).transpose()?;
                     let mut dbias = dbias_dev.as_mut().map(|t| view_mut_at(t, o.output, &[cols])).transpose()?;
-                    let call = grad_options(call.weight(&weight), mean.as_ref(), dweight.as_mut(), dbias.as_mut());
-                    norm.backward(stream, spec.kind, call)?
+                    let call = match (spec.weight_last, dweight.as_mut(), dbias.as_mut()) {
+                        (true, dweight, Some(dbias)) => grads(call.dbias(dbias), dweight, None).weight(&weight),
+                        (true, Some(dweight), None) => call.dweight(dweight).weight(&weight),
+                        (_, dweight, dbias) => grads(call.weight(&weight), dweight, dbias),
+                    };
+                    norm.backward(stream, kind, call)?
                 };
                 (plan, fetch_f32(dweight_dev)?, fetch_f32(dbias_dev)?)
             }
@@ -672,8 +696,13 @@ fn launch_backward<T: Element, G: Element>(
                 let plan = {
                     let mut dweight = dweight_dev.as_mut().map(|t| view_mut_at(t, o.output, &[cols])).transpose()?;
                     let mut dbias = dbias_dev.as_mut().map(|t| view_mut_at(t, o.output, &[cols])).transpose()?;
-                    let call = grad_options(call, mean.as_ref(), dweight.as_mut(), dbias.as_mut());
-                    norm.backward(stream, spec.kind, call)?
+                    match (dweight.as_mut(), dbias.as_mut()) {
+                        (None, None) => norm.backward(stream, kind, call)?,
+                        (Some(dweight), dbias) => {
+                            norm.backward(stream, kind, grads(call.dweight(dweight), None, dbias))?
+                        }
+                        (None, Some(dbias)) => norm.backward(stream, kind, call.dbias(dbias))?,
+                    }
                 };
                 (plan, fetch_f32(dweight_dev)?, fetch_f32(dbias_dev)?)
             }
@@ -790,9 +819,10 @@ fn matrix<T: Element, U: Element, G: Element>(suite: &mut Suite, coverage: Cover
     }
 }
 
-/// Without weight or bias, weight without bias, the residual without saved statistics, the
-/// backward without weight or without parameter gradients: on widths across the paths and
-/// packs, every path on three rows, the dispatcher's on many.
+/// Without weight or bias, weight without bias, bias without weight, the residual without
+/// saved statistics, the weight given after the other parts, the backward without weight or
+/// without parameter gradients: on widths across the paths and packs, every path on three
+/// rows, the dispatcher's on many.
 fn variants<T: Element>(suite: &mut Suite) {
     for cols in [1, 32, 33, 1000, 4096, 4097, 50257, 65536] {
         for rows in [3, norm_test_rows(cols)[3]] {
@@ -802,12 +832,17 @@ fn variants<T: Element>(suite: &mut Suite) {
                 forward_case::<T, T, T>(suite, Spec { bias: false, ..Spec::LAYER }, at, Data::Mixed);
                 forward_case::<T, T, T>(suite, Spec::RMS.plain(), at, Data::Mixed);
                 forward_case::<T, T, T>(suite, Spec::LAYER.plain().add(), at, Data::Mixed);
+                forward_case::<T, T, T>(suite, Spec { weight: false, ..Spec::LAYER }, at, Data::Mixed);
+                forward_case::<T, T, T>(suite, Spec::LAYER.add().weight_last(), at, Data::Mixed);
+                forward_case::<T, T, T>(suite, Spec::RMS.weight_last(), at, Data::Mixed);
             }
             for path in paths(suite, cols, backward::<T>()).into_iter().filter(|p| p.is_none() || rows == 3) {
                 let at = At::new(rows, cols, path);
                 backward_case::<T, f32>(suite, Spec { weight: false, ..Spec::LAYER }, at, Data::Mixed);
                 backward_case::<T, T>(suite, Spec { extras: false, ..Spec::LAYER }, at, Data::Mixed);
                 backward_case::<T, f32>(suite, Spec::RMS.plain(), at, Data::Mixed);
+                backward_case::<T, T>(suite, Spec::LAYER.weight_last(), at, Data::Mixed);
+                backward_case::<T, T>(suite, Spec::RMS.weight_last(), at, Data::Mixed);
             }
         }
     }

@@ -12,7 +12,8 @@
 //! ```
 //!
 //! Inputs are f32, f16 or bf16, computed in f32; the weight and bias are f32 or the input's
-//! dtype; an f32 input may be written as f16 or bf16. The row kernels share softmax's three
+//! dtype, the same for both (and their gradients): whichever a call gets first fixes it. An
+//! f32 input may be written as f16 or bf16. The row kernels share softmax's three
 //! paths and dispatch ([`super::rows`]). dweight and dbias are column sums over the rows,
 //! reduced in two deterministic stages (chunk sums into a stream-ordered workspace, then
 //! the chunks in order): no atomics, the same bits every run.
@@ -56,46 +57,135 @@ fn has_kernels(kind: NormKernelKind, dtypes: (DType, DType, DType)) -> bool {
 }
 
 /// A forward call: `y = norm(x)` or, with a residual, `sum = x + residual; y = norm(sum)`.
-/// Built with [`Forward::new`] and the optional parts below.
-pub struct Forward<'a, T: Element, U: Element, G: Element> {
+/// Built with [`Forward::new`] and the optional parts below, in any order, each kept. `P`
+/// holds the weight and bias: [`NoParams`] until one of them is given, then [`Params`] of
+/// its dtype, which the other must share.
+///
+/// ```no_run
+/// # use rill::{Tensor, norm::Forward};
+/// # fn demo(x: &Tensor<f32>, y: &mut Tensor<f32>, b: &Tensor<f32>, w: &Tensor<f32>) {
+/// let call = Forward::new(x, y).bias(b).weight(w);
+/// # }
+/// ```
+///
+/// A weight of another dtype than the bias given before it does not compile:
+///
+/// ```compile_fail,E0277
+/// # use rill::{Tensor, norm::Forward};
+/// # fn demo(x: &Tensor<f32>, y: &mut Tensor<f32>, b: &Tensor<f32>, w: &Tensor<half::bf16>) {
+/// let call = Forward::new(x, y).bias(b).weight(w);
+/// # }
+/// ```
+pub struct Forward<'a, T: Element, U: Element, P = NoParams> {
     x: View<'a, T>,
     y: ViewMut<'a, U>,
     residual: Option<(View<'a, T>, ViewMut<'a, T>)>,
-    weight: Option<View<'a, G>>,
-    bias: Option<View<'a, G>>,
     mean: Option<ViewMut<'a, f32>>,
     rstd: Option<ViewMut<'a, f32>>,
+    params: P,
 }
 
-impl<'a, T: Element, U: Element> Forward<'a, T, U, f32> {
-    /// `y = norm(x)`, without weight or bias (give them with [`Forward::weight`] and
-    /// [`Forward::bias`], in f32 or the input's dtype).
+/// No weight, bias or parameter gradient given yet: the parameter dtype is still open, and a
+/// call run without any uses the f32 kernels.
+#[derive(Clone, Copy, Debug)]
+pub struct NoParams;
+
+/// A forward's weight and bias, of one dtype `G` (f32 or the input's).
+#[derive(Default)]
+pub struct Params<'a, G> {
+    weight: Option<View<'a, G>>,
+    bias: Option<View<'a, G>>,
+}
+
+/// A backward's weight and the gradients it computes, of one dtype `G`.
+#[derive(Default)]
+pub struct GradParams<'a, G> {
+    weight: Option<View<'a, G>>,
+    dweight: Option<ViewMut<'a, G>>,
+    dbias: Option<ViewMut<'a, G>>,
+}
+
+/// What a [`Forward`]'s parameter state runs with: [`Params`], f32 and empty for [`NoParams`].
+pub trait ForwardParams<'a> {
+    type Dtype: Element;
+    fn into_params(self) -> Params<'a, Self::Dtype>;
+}
+
+/// What a [`Backward`]'s parameter state runs with: [`GradParams`], f32 and empty for
+/// [`NoParams`].
+pub trait BackwardParams<'a> {
+    type Dtype: Element;
+    fn into_params(self) -> GradParams<'a, Self::Dtype>;
+}
+
+impl<'a> ForwardParams<'a> for NoParams {
+    type Dtype = f32;
+    fn into_params(self) -> Params<'a, f32> {
+        Params::default()
+    }
+}
+
+impl<'a, G: Element> ForwardParams<'a> for Params<'a, G> {
+    type Dtype = G;
+    fn into_params(self) -> Self {
+        self
+    }
+}
+
+impl<'a> BackwardParams<'a> for NoParams {
+    type Dtype = f32;
+    fn into_params(self) -> GradParams<'a, f32> {
+        GradParams::default()
+    }
+}
+
+impl<'a, G: Element> BackwardParams<'a> for GradParams<'a, G> {
+    type Dtype = G;
+    fn into_params(self) -> Self {
+        self
+    }
+}
+
+impl<'a, T: Element, U: Element> Forward<'a, T, U> {
+    /// `y = norm(x)`, without weight or bias.
     pub fn new(x: &'a impl AsView<T>, y: &'a mut impl AsViewMut<U>) -> Self {
-        Forward { x: x.as_view(), y: y.as_view_mut(), residual: None, weight: None, bias: None, mean: None, rstd: None }
+        Forward { x: x.as_view(), y: y.as_view_mut(), residual: None, mean: None, rstd: None, params: NoParams }
+    }
+
+    /// The per-column scale (gamma), `[cols]` of f32 or the input's dtype; a bias must then
+    /// have the same dtype.
+    pub fn weight<G: Element>(self, weight: &'a impl AsView<G>) -> Forward<'a, T, U, Params<'a, G>> {
+        self.open_params().weight(weight)
+    }
+
+    /// The per-column shift (beta, LayerNorm only; PyTorch too takes it without a weight),
+    /// `[cols]` of f32 or the input's dtype; a weight must then have the same dtype.
+    pub fn bias<G: Element>(self, bias: &'a impl AsView<G>) -> Forward<'a, T, U, Params<'a, G>> {
+        self.open_params().bias(bias)
+    }
+
+    /// This call, every part kept, ready for parameters of dtype `G`.
+    fn open_params<G: Element>(self) -> Forward<'a, T, U, Params<'a, G>> {
+        let Forward { x, y, residual, mean, rstd, params: NoParams } = self;
+        Forward { x, y, residual, mean, rstd, params: Params::default() }
     }
 }
 
-impl<'a, T: Element, U: Element, G: Element> Forward<'a, T, U, G> {
-    /// The per-column scale (gamma), `[cols]` of f32 or the input's dtype.
-    pub fn weight<H: Element>(self, weight: &'a impl AsView<H>) -> Forward<'a, T, U, H> {
-        Forward {
-            x: self.x,
-            y: self.y,
-            residual: self.residual,
-            weight: Some(weight.as_view()),
-            bias: None,
-            mean: self.mean,
-            rstd: self.rstd,
-        }
-    }
-
-    /// The per-column shift (beta, LayerNorm only), `[cols]` of the weight's dtype; give
-    /// the weight first.
-    pub fn bias(mut self, bias: &'a impl AsView<G>) -> Self {
-        self.bias = Some(bias.as_view());
+impl<'a, T: Element, U: Element, G: Element> Forward<'a, T, U, Params<'a, G>> {
+    /// The weight, of the bias's dtype.
+    pub fn weight(mut self, weight: &'a impl AsView<G>) -> Self {
+        self.params.weight = Some(weight.as_view());
         self
     }
 
+    /// The bias, of the weight's dtype.
+    pub fn bias(mut self, bias: &'a impl AsView<G>) -> Self {
+        self.params.bias = Some(bias.as_view());
+        self
+    }
+}
+
+impl<'a, T: Element, U: Element, P> Forward<'a, T, U, P> {
     /// Normalizes `x + residual` instead of `x`, writing the sum (the residual stream) too.
     pub fn residual(mut self, residual: &'a impl AsView<T>, sum: &'a mut impl AsViewMut<T>) -> Self {
         self.residual = Some((residual.as_view(), sum.as_view_mut()));
@@ -115,19 +205,27 @@ impl<'a, T: Element, U: Element, G: Element> Forward<'a, T, U, G> {
 }
 
 /// A backward call: `dx` from `x`, `dy` and the forward's statistics; optionally the
-/// weight's and bias's gradients.
-pub struct Backward<'a, T: Element, G: Element> {
+/// weight's and bias's gradients. Its parts may come in any order, each kept; `P` holds the
+/// weight, dweight and dbias as in [`Forward`]: the first of them fixes the dtype of the
+/// others.
+///
+/// ```compile_fail,E0277
+/// # use rill::{Tensor, norm::Backward};
+/// # fn demo(x: &Tensor<f32>, dy: &Tensor<f32>, rstd: &Tensor<f32>, dx: &mut Tensor<f32>,
+/// #         dw: &mut Tensor<f32>, w: &Tensor<half::bf16>) {
+/// let call = Backward::new(x, dy, rstd, dx).dweight(dw).weight(w);
+/// # }
+/// ```
+pub struct Backward<'a, T: Element, P = NoParams> {
     x: View<'a, T>,
     dy: View<'a, T>,
     mean: Option<View<'a, f32>>,
     rstd: View<'a, f32>,
     dx: ViewMut<'a, T>,
-    weight: Option<View<'a, G>>,
-    dweight: Option<ViewMut<'a, G>>,
-    dbias: Option<ViewMut<'a, G>>,
+    params: P,
 }
 
-impl<'a, T: Element> Backward<'a, T, f32> {
+impl<'a, T: Element> Backward<'a, T> {
     /// `dx` of RMSNorm, or of LayerNorm once [`Backward::mean`] gives the mean.
     pub fn new(
         x: &'a impl AsView<T>,
@@ -141,43 +239,56 @@ impl<'a, T: Element> Backward<'a, T, f32> {
             mean: None,
             rstd: rstd.as_view(),
             dx: dx.as_view_mut(),
-            weight: None,
-            dweight: None,
-            dbias: None,
+            params: NoParams,
         }
+    }
+
+    /// The forward's weight, if it had one; the gradients must then have its dtype.
+    pub fn weight<G: Element>(self, weight: &'a impl AsView<G>) -> Backward<'a, T, GradParams<'a, G>> {
+        self.open_params().weight(weight)
+    }
+
+    /// Also computes the weight's gradient, `[cols]` of the weight's dtype (f32 without one).
+    pub fn dweight<G: Element>(self, dweight: &'a mut impl AsViewMut<G>) -> Backward<'a, T, GradParams<'a, G>> {
+        self.open_params().dweight(dweight)
+    }
+
+    /// Also computes the bias's gradient (LayerNorm), of the weight's dtype (f32 without one).
+    pub fn dbias<G: Element>(self, dbias: &'a mut impl AsViewMut<G>) -> Backward<'a, T, GradParams<'a, G>> {
+        self.open_params().dbias(dbias)
+    }
+
+    /// This call, every part kept, ready for parameters of dtype `G`.
+    fn open_params<G: Element>(self) -> Backward<'a, T, GradParams<'a, G>> {
+        let Backward { x, dy, mean, rstd, dx, params: NoParams } = self;
+        Backward { x, dy, mean, rstd, dx, params: GradParams::default() }
     }
 }
 
-impl<'a, T: Element, G: Element> Backward<'a, T, G> {
+impl<'a, T: Element, G: Element> Backward<'a, T, GradParams<'a, G>> {
+    /// The forward's weight, of the gradients' dtype.
+    pub fn weight(mut self, weight: &'a impl AsView<G>) -> Self {
+        self.params.weight = Some(weight.as_view());
+        self
+    }
+
+    /// The weight's gradient, of the weight's dtype.
+    pub fn dweight(mut self, dweight: &'a mut impl AsViewMut<G>) -> Self {
+        self.params.dweight = Some(dweight.as_view_mut());
+        self
+    }
+
+    /// The bias's gradient, of the weight's dtype.
+    pub fn dbias(mut self, dbias: &'a mut impl AsViewMut<G>) -> Self {
+        self.params.dbias = Some(dbias.as_view_mut());
+        self
+    }
+}
+
+impl<'a, T: Element, P> Backward<'a, T, P> {
     /// The forward's per-row mean (LayerNorm).
     pub fn mean(mut self, mean: &'a impl AsView<f32>) -> Self {
         self.mean = Some(mean.as_view());
-        self
-    }
-
-    /// The forward's weight, if it had one.
-    pub fn weight<H: Element>(self, weight: &'a impl AsView<H>) -> Backward<'a, T, H> {
-        Backward {
-            x: self.x,
-            dy: self.dy,
-            mean: self.mean,
-            rstd: self.rstd,
-            dx: self.dx,
-            weight: Some(weight.as_view()),
-            dweight: None,
-            dbias: None,
-        }
-    }
-
-    /// Also computes the weight's gradient, `[cols]` of the weight's dtype.
-    pub fn dweight(mut self, dweight: &'a mut impl AsViewMut<G>) -> Self {
-        self.dweight = Some(dweight.as_view_mut());
-        self
-    }
-
-    /// Also computes the bias's gradient (LayerNorm).
-    pub fn dbias(mut self, dbias: &'a mut impl AsViewMut<G>) -> Self {
-        self.dbias = Some(dbias.as_view_mut());
         self
     }
 }
@@ -227,13 +338,14 @@ impl Norm {
     }
 
     /// Runs a forward call; returns the plan it ran.
-    pub fn forward<T: Element, U: Element, G: Element>(
+    pub fn forward<'a, T: Element, U: Element, G: Element>(
         &self,
         stream: &Stream,
         kind: NormKind,
         eps: f32,
-        call: Forward<'_, T, U, G>,
+        call: Forward<'a, T, U, impl ForwardParams<'a, Dtype = G>>,
     ) -> Result<Plan> {
+        let Params { weight, bias } = call.params.into_params();
         let op = match (kind, call.residual.is_some()) {
             (NormKind::LayerNorm, false) => "layer_norm",
             (NormKind::RmsNorm, false) => "rms_norm",
@@ -270,12 +382,12 @@ impl Norm {
             args.second = residual.address();
             args.sum = sum.address();
         }
-        if let Some(weight) = &call.weight {
+        if let Some(weight) = &weight {
             check_column(op, "the weight", weight, cols)?;
             arrays.push((weight.address(), size_of::<G>()));
             args.gamma = weight.address();
         }
-        if let Some(bias) = &call.bias {
+        if let Some(bias) = &bias {
             if kind == NormKind::RmsNorm {
                 invalid!("`{op}` has no bias; drop it (RMSNorm only scales)");
             }
@@ -308,7 +420,7 @@ impl Norm {
             cache_bytes_per_col: size_of::<T>() as u32,
             cluster_held_packs: 0,
             warp_max_cols: WARP_MAX_COLS,
-            column_bytes: column_bytes(&call.weight, &call.bias),
+            column_bytes: column_bytes(&weight, &bias),
             // The residual add fills its cache through registers (it also writes the sum);
             // measured, it gains more from L1 for gamma and beta than from resident blocks.
             columns_before_blocks: call.residual.is_some(),
@@ -321,12 +433,13 @@ impl Norm {
 
     /// Runs a backward call: `dx`, then dweight and dbias if asked. Returns the plan of
     /// the `dx` kernel.
-    pub fn backward<T: Element, G: Element>(
+    pub fn backward<'a, T: Element, G: Element>(
         &self,
         stream: &Stream,
         kind: NormKind,
-        call: Backward<'_, T, G>,
+        call: Backward<'a, T, impl BackwardParams<'a, Dtype = G>>,
     ) -> Result<Plan> {
+        let GradParams { weight, dweight, dbias } = call.params.into_params();
         let op = match kind {
             NormKind::LayerNorm => "layer_norm_backward",
             NormKind::RmsNorm => "rms_norm_backward",
@@ -366,15 +479,15 @@ impl Norm {
             (call.dy.address(), size_of::<T>()),
             (call.dx.address(), size_of::<T>()),
         ];
-        if let Some(weight) = &call.weight {
+        if let Some(weight) = &weight {
             check_column(op, "the weight", weight, cols)?;
             arrays.push((weight.address(), size_of::<G>()));
             args.gamma = weight.address();
         }
-        if call.dbias.is_some() && kind == NormKind::RmsNorm {
+        if dbias.is_some() && kind == NormKind::RmsNorm {
             invalid!("`{op}` has no bias to differentiate");
         }
-        for (what, grad) in [("dweight", &call.dweight), ("dbias", &call.dbias)] {
+        for (what, grad) in [("dweight", &dweight), ("dbias", &dbias)] {
             if let Some(grad) = grad {
                 same_shape(op, what, grad.shape(), &[cols])?;
                 check_aligned(op, what, grad.address(), size_of::<G>() as u64)?;
@@ -394,14 +507,14 @@ impl Norm {
             cache_bytes_per_col: 2 * size_of::<T>() as u32,
             cluster_held_packs: 0,
             warp_max_cols: BACKWARD_WARP_MAX_COLS,
-            column_bytes: column_bytes(&call.weight, &None),
+            column_bytes: column_bytes(&weight, &None),
             columns_before_blocks: false,
             reads_once: false,
             force: self.force,
             stream,
         }
         .run()?;
-        if call.dweight.is_some() || call.dbias.is_some() {
+        if dweight.is_some() || dbias.is_some() {
             let grad_args = NormParamGradArgs {
                 rows: rows as u64,
                 cols: cols as u64,
@@ -409,8 +522,8 @@ impl Norm {
                 grad: args.second,
                 mean: args.mean,
                 rstd: args.rstd,
-                dgamma: call.dweight.as_ref().map_or(0, |g| g.address()),
-                dbeta: call.dbias.as_ref().map_or(0, |b| b.address()),
+                dgamma: dweight.as_ref().map_or(0, |g| g.address()),
+                dbeta: dbias.as_ref().map_or(0, |b| b.address()),
                 rms: args.rms,
                 ..NormParamGradArgs::default()
             };
@@ -441,6 +554,7 @@ fn param_grads<T: Element, G: Element>(stream: &Stream, op: &str, args: NormPara
 #[cfg(test)]
 mod tests {
     use super::*;
+    use half::bf16;
 
     #[test]
     fn every_kind_path_and_dtype_triple_has_a_kernel() {
@@ -475,5 +589,76 @@ mod tests {
         for param in [f32_, f16_, bf16_] {
             assert!(KernelKey::NormParamGradSum { param }.symbol().is_some());
         }
+    }
+
+    /// The parameter dtype and the addresses a forward call holds: weight, bias, residual,
+    /// sum, mean, rstd (0 where absent).
+    fn forward_parts<'a, G: Element>(
+        call: Forward<'a, bf16, bf16, impl ForwardParams<'a, Dtype = G>>,
+    ) -> (DType, [u64; 6]) {
+        let Params { weight, bias } = call.params.into_params();
+        let (residual, sum) = call.residual.map_or((0, 0), |(r, s)| (r.address(), s.address()));
+        let (mean, rstd) = (call.mean.map_or(0, |v| v.address()), call.rstd.map_or(0, |v| v.address()));
+        (G::DTYPE, [weight.map_or(0, |v| v.address()), bias.map_or(0, |v| v.address()), residual, sum, mean, rstd])
+    }
+
+    /// The parameter dtype and the addresses a backward call holds: weight, dweight, dbias,
+    /// mean (0 where absent).
+    fn backward_parts<'a, G: Element>(
+        call: Backward<'a, bf16, impl BackwardParams<'a, Dtype = G>>,
+    ) -> (DType, [u64; 4]) {
+        let GradParams { weight, dweight, dbias } = call.params.into_params();
+        let mean = call.mean.map_or(0, |v| v.address());
+        (
+            G::DTYPE,
+            [
+                weight.map_or(0, |v| v.address()),
+                dweight.map_or(0, |v| v.address()),
+                dbias.map_or(0, |v| v.address()),
+                mean,
+            ],
+        )
+    }
+
+    #[test]
+    fn forward_keeps_every_part_whatever_the_order() {
+        let x = View::<bf16>::detached(0x10, &[4, 8]);
+        let mut y = ViewMut::<bf16>::detached(0x20, &[4, 8]);
+        let (w, b) = (View::<bf16>::detached(0x30, &[8]), View::<bf16>::detached(0x40, &[8]));
+        let r = View::<bf16>::detached(0x50, &[4, 8]);
+        let mut sum = ViewMut::<bf16>::detached(0x60, &[4, 8]);
+        let mut mean = ViewMut::<f32>::detached(0x70, &[4]);
+        let mut rstd = ViewMut::<f32>::detached(0x80, &[4]);
+        let all = (DType::BF16, [0x30, 0x40, 0x50, 0x60, 0x70, 0x80]);
+        let call = Forward::new(&x, &mut y).weight(&w).bias(&b).residual(&r, &mut sum);
+        assert_eq!(forward_parts(call.save_mean(&mut mean).save_rstd(&mut rstd)), all);
+        let call = Forward::new(&x, &mut y).save_rstd(&mut rstd).residual(&r, &mut sum).save_mean(&mut mean);
+        assert_eq!(forward_parts(call.bias(&b).weight(&w)), all);
+        // The bias alone fixes the dtype; without weight or bias the f32 kernels run.
+        assert_eq!(forward_parts(Forward::new(&x, &mut y).bias(&b)), (DType::BF16, [0, 0x40, 0, 0, 0, 0]));
+        assert_eq!(forward_parts(Forward::new(&x, &mut y).save_rstd(&mut rstd)), (DType::F32, [0, 0, 0, 0, 0, 0x80]));
+    }
+
+    #[test]
+    fn backward_keeps_every_part_whatever_the_order() {
+        let (x, dy) = (View::<bf16>::detached(0x10, &[4, 8]), View::<bf16>::detached(0x20, &[4, 8]));
+        let (mean, rstd) = (View::<f32>::detached(0x30, &[4]), View::<f32>::detached(0x40, &[4]));
+        let mut dx = ViewMut::<bf16>::detached(0x50, &[4, 8]);
+        let w = View::<bf16>::detached(0x60, &[8]);
+        let mut dw = ViewMut::<bf16>::detached(0x70, &[8]);
+        let mut db = ViewMut::<bf16>::detached(0x80, &[8]);
+        let all = (DType::BF16, [0x60, 0x70, 0x80, 0x30]);
+        let call = Backward::new(&x, &dy, &rstd, &mut dx).weight(&w).dweight(&mut dw).dbias(&mut db);
+        assert_eq!(backward_parts(call.mean(&mean)), all);
+        let call = Backward::new(&x, &dy, &rstd, &mut dx).dbias(&mut db).mean(&mean).dweight(&mut dw);
+        assert_eq!(backward_parts(call.weight(&w)), all);
+        let call = Backward::new(&x, &dy, &rstd, &mut dx).dweight(&mut dw).weight(&w);
+        assert_eq!(backward_parts(call.dbias(&mut db).mean(&mean)), all);
+        // Gradients without a weight fix the dtype; without any the f32 kernels run.
+        assert_eq!(
+            backward_parts(Backward::new(&x, &dy, &rstd, &mut dx).dbias(&mut db)),
+            (DType::BF16, [0, 0, 0x80, 0])
+        );
+        assert_eq!(backward_parts(Backward::new(&x, &dy, &rstd, &mut dx).mean(&mean)), (DType::F32, [0, 0, 0, 0x30]));
     }
 }
