@@ -343,34 +343,43 @@ const OFFSETS: [[usize; 3]; 3] = [[1, 1, 1], [3, 11, 3], [1, 1, 2]];
 /// (whose head differs) is checked too.
 fn offset_views<T: Element>(suite: &mut Suite) {
     let dtype = T::DTYPE.name();
-    let widest = 16 / size_of::<T>();
     for (rows, cols) in [(7usize, 33usize), (5, 1000), (2000, 4097), (3, 12345), (6, 50257)] {
         for offsets in OFFSETS {
-            let aligned = cols.is_multiple_of(widest) && offsets.iter().all(|o| o.is_multiple_of(widest));
-            let shared = offsets.iter().all(|o| o % widest == offsets[0] % widest);
-            let want_pack =
-                move |plan: &Plan| if aligned || (shared && plan.kind() != PathKind::Warp) { widest } else { 1 };
+            let pack = want_pack::<T>(cols, &offsets);
             let at = |path| format!("{dtype}/[{rows}, {cols}]/{}/offset={offsets:?}", path_name(path));
             let forward = |path| format!("softmax/offset_forward/{}", at(path));
             let ask = |suite: &Suite| Op::Forward { log: false }.ask::<T>(suite, rows, cols, offsets);
             for path in suite.paths(Some(Forced::All), forward, ask) {
-                offset_forward::<T>(suite, &forward(path), softmax_on(path), rows, cols, offsets, want_pack);
+                offset_forward::<T>(suite, &forward(path), softmax_on(path), rows, cols, offsets, pack);
             }
-            // logsumexp's only row array is x; its f32 values start one element in.
+            // logsumexp's only row array is x (its pack is x's alone); its f32 values start one
+            // element in.
             let logsumexp_offsets = [offsets[0], 0, 1];
+            let logsumexp_pack = want_pack::<T>(cols, &offsets[..1]);
             let logsumexp = |path| format!("softmax/offset_logsumexp/{}", at(path));
             let ask = |suite: &Suite| Op::LogSumExp.ask::<T>(suite, rows, cols, logsumexp_offsets);
             for path in suite.paths(Some(Forced::All), logsumexp, ask) {
                 let softmax = softmax_on(path);
-                offset_logsumexp::<T>(suite, &logsumexp(path), softmax, rows, cols, logsumexp_offsets, want_pack);
+                offset_logsumexp::<T>(suite, &logsumexp(path), softmax, rows, cols, logsumexp_offsets, logsumexp_pack);
             }
             let backward = |path| format!("softmax/offset_log_backward/{}", at(path));
             let ask = |suite: &Suite| Op::Backward { log: true }.ask::<T>(suite, rows, cols, offsets);
             for path in suite.paths(Some(Forced::All), backward, ask) {
-                offset_backward::<T>(suite, &backward(path), softmax_on(path), rows, cols, offsets, want_pack);
+                offset_backward::<T>(suite, &backward(path), softmax_on(path), rows, cols, offsets, pack);
             }
         }
     }
+}
+
+/// The pack a plan should have for rows of `cols` whose row arrays start `offsets` elements
+/// into their allocations: the widest where the rows and every array are aligned to it, or
+/// on the block paths where the arrays share one phase (they run each row from its head);
+/// else 1.
+fn want_pack<T: Element>(cols: usize, offsets: &[usize]) -> impl Fn(&Plan) -> usize + Copy {
+    let widest = 16 / size_of::<T>();
+    let aligned = cols.is_multiple_of(widest) && offsets.iter().all(|o| o.is_multiple_of(widest));
+    let shared = offsets.iter().all(|o| o % widest == offsets[0] % widest);
+    move |plan: &Plan| if aligned || (shared && plan.kind() != PathKind::Warp) { widest } else { 1 }
 }
 
 /// `measured`, failing where the plan's pack is not `want_pack` or anything was written
