@@ -1,7 +1,9 @@
 //! Case bookkeeping for the GPU suite: filtering, seeds, tolerances, the summary line.
 
+use rill::softmax::PathKind;
 use rill::{Element, Gpu, Stream, Tensor, View, ViewMut};
 use rill_tests::check::{max_relative_error, poison, tolerance};
+use rill_tests::paths::{Forced, Paths};
 use rill_tests::random::{Domain, Rng, case_seed, run_seed};
 
 pub struct Options {
@@ -84,6 +86,32 @@ impl Suite {
             Err(rill::Error::InvalidInput(_) | rill::Error::Unsupported(_)) => self.passed += 1,
             Err(other) => self.fail(format!("{name}: expected a bad-input error, got {other}")),
             Ok(()) => self.fail(format!("{name}: expected a bad-input error, got success")),
+        }
+    }
+
+    /// The paths to run a row-wise case on, asked of the planner rather than restated: the
+    /// dispatcher's choice (`None`) alone, or with the forced paths `forced` keeps of those
+    /// the planner takes the call on ([`Paths::ask`]: `ask` makes the case's call plan-only
+    /// on arrays of its shapes and offsets). `name` names the case on a path; where the
+    /// filter keeps it on none, nothing is asked. An error other than a forced path's refusal
+    /// fails the case on the dispatcher's path, and it runs on none.
+    pub fn paths(
+        &mut self,
+        forced: Option<Forced>,
+        name: impl Fn(Option<PathKind>) -> String,
+        ask: impl FnOnce(&Self) -> rill::Result<Paths>,
+    ) -> Vec<Option<PathKind>> {
+        let Some(forced) = forced else { return vec![None] };
+        let mut every = std::iter::once(None).chain(PathKind::ALL.map(Some));
+        if !every.any(|path| self.wants(&name(path))) {
+            return Vec::new();
+        }
+        match ask(self) {
+            Ok(paths) => paths.runs(forced),
+            Err(error) => {
+                self.fail(format!("{}: asking the planner for its paths: {error}", name(None)));
+                Vec::new()
+            }
         }
     }
 

@@ -1,11 +1,12 @@
-//! Softmax family: every width x rows x dtype, each path forced where it applies, extreme
-//! and masked rows, the fused variants, and bad input.
+//! Softmax family: every width x rows x dtype, each path forced where the planner takes the
+//! call, extreme and masked rows, the fused variants, and bad input.
 
 use crate::harness::{Measured, Suite, tolerance_of, view_at, view_mut_at};
 use half::{bf16, f16};
 use rill::softmax::{PathKind, Plan, Softmax};
 use rill::{Element, Tensor};
 use rill_tests::check::{max_error_with_floor, relative_floor};
+use rill_tests::paths::{Forced, Paths};
 use rill_tests::random::Rng;
 use rill_tests::reference::{
     cross_entropy_backward_magnitude_rows, cross_entropy_backward_rows, cross_entropy_rows, logsumexp_rows,
@@ -23,22 +24,101 @@ pub fn run(suite: &mut Suite) {
     bad_input(suite);
 }
 
-/// Paths to check for a shape: the dispatcher's choice, then each path forced where the
-/// shape fits it (the warp path up to 1024 columns, shared memory for rows that fit, clusters
-/// where the GPU has them).
-fn paths(suite: &Suite, cols: usize) -> Vec<Option<PathKind>> {
-    let mut paths = vec![None, Some(PathKind::Uncached)];
-    if cols <= 1024 {
-        paths.push(Some(PathKind::Warp));
+/// A softmax-family call the suite makes.
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Forward { log: bool },
+    Backward { log: bool },
+    ScaleMask,
+    Causal,
+    CrossEntropy,
+    LogSumExp,
+    CrossEntropyBackward,
+}
+
+impl Op {
+    /// The forward and backward, each with and without the log.
+    const PLAIN: [Op; 4] = [
+        Op::Forward { log: false },
+        Op::Backward { log: false },
+        Op::Forward { log: true },
+        Op::Backward { log: true },
+    ];
+    const FUSED: [Op; 5] = [Op::ScaleMask, Op::Causal, Op::CrossEntropy, Op::LogSumExp, Op::CrossEntropyBackward];
+
+    fn name(self) -> &'static str {
+        match self {
+            Op::Forward { log: false } => "softmax",
+            Op::Forward { log: true } => "log_softmax",
+            Op::Backward { log: false } => "softmax_backward",
+            Op::Backward { log: true } => "log_softmax_backward",
+            Op::ScaleMask => "scaled_masked",
+            Op::Causal => "scaled_causal",
+            Op::CrossEntropy => "cross_entropy",
+            Op::LogSumExp => "logsumexp",
+            Op::CrossEntropyBackward => "cross_entropy_backward",
+        }
     }
-    if cols <= 16384 {
-        paths.push(Some(PathKind::Shared));
+
+    /// The case named `name`: `softmax`'s call on random rows against f64.
+    fn case<T: Element>(self, suite: &mut Suite, name: &str, softmax: Softmax, rows: usize, cols: usize) {
+        match self {
+            Op::Forward { log } => forward_case::<T>(suite, name, softmax, rows, cols, log),
+            Op::Backward { log } => backward_case::<T>(suite, name, softmax, rows, cols, log),
+            Op::ScaleMask => scale_mask_case::<T>(suite, name, softmax, rows, cols),
+            Op::Causal => causal_case::<T>(suite, name, softmax, rows, cols),
+            Op::CrossEntropy => cross_entropy_case::<T>(suite, name, softmax, rows, cols),
+            Op::LogSumExp => logsumexp_case::<T>(suite, name, softmax, rows, cols),
+            Op::CrossEntropyBackward => cross_entropy_backward_case::<T>(suite, name, softmax, rows, cols),
+        }
     }
-    // Thread-block clusters (sm_90) hold every width the suite covers.
-    if suite.gpu.info().compute_capability.0 >= 9 {
-        paths.push(Some(PathKind::Cluster));
+
+    /// Asks the planner about the call on zeroed arrays of its case's shapes (only their
+    /// shapes and addresses count), x, the second input and the output (logsumexp's: its f32
+    /// per-row values) `offsets` elements into their allocations.
+    fn ask<T: Element>(self, suite: &Suite, rows: usize, cols: usize, offsets: [usize; 3]) -> rill::Result<Paths> {
+        let [input, second, output] = offsets;
+        let gpu = &suite.gpu;
+        let zeros = |offset: usize| Tensor::<T>::zeros(gpu, &[rows * cols + offset]);
+        let shape = [rows, cols];
+        let (x_dev, mut out_dev) = (zeros(input)?, zeros(output)?);
+        let x = view_at(&x_dev, input, &shape)?;
+        let mut y = view_mut_at(&mut out_dev, output, &shape)?;
+        let target = Tensor::<i64>::zeros(gpu, &[rows])?;
+        let mut row_values = Tensor::<f32>::zeros(gpu, &[rows])?;
+        let stream = &suite.stream;
+        let plan_only = |path| softmax_on(path).plan_only();
+        match self {
+            Op::Forward { log } => Paths::ask(|path| plan_only(path).forward(stream, &x, &mut y, log)),
+            Op::Backward { log } => {
+                let dy_dev = zeros(second)?;
+                let dy = view_at(&dy_dev, second, &shape)?;
+                Paths::ask(|path| plan_only(path).backward(stream, &x, &dy, &mut y, log))
+            }
+            Op::ScaleMask => {
+                let mask = Tensor::<T>::zeros(gpu, &[mask_rows(rows), cols])?;
+                Paths::ask(|path| plan_only(path).scale_mask(stream, &x, &mask, SCALE, &mut y))
+            }
+            Op::Causal => {
+                let shape = causal_shape(rows, cols);
+                let (x, mut y) = (x.reshape(&shape)?, y.reshape(&shape)?);
+                Paths::ask(|path| plan_only(path).causal(stream, &x, SCALE, &mut y))
+            }
+            Op::CrossEntropy => Paths::ask(|path| plan_only(path).cross_entropy(stream, &x, &target, &mut row_values)),
+            Op::LogSumExp => {
+                let mut values_dev = Tensor::<f32>::zeros(gpu, &[rows + output])?;
+                let mut values = view_mut_at(&mut values_dev, output, &[rows])?;
+                Paths::ask(|path| plan_only(path).logsumexp(stream, &x, &mut values))
+            }
+            Op::CrossEntropyBackward => {
+                Paths::ask(|path| plan_only(path).cross_entropy_backward(stream, &x, &target, &row_values, &mut y))
+            }
+        }
     }
-    paths
+}
+
+fn softmax_on(path: Option<PathKind>) -> Softmax {
+    path.map_or_else(Softmax::new, Softmax::forced)
 }
 
 fn path_name(path: Option<PathKind>) -> String {
@@ -87,20 +167,15 @@ fn for_dtype<T: Element>(suite: &mut Suite) {
     let dtype = T::DTYPE.name();
     for &cols in SOFTMAX_TEST_COLS {
         for rows in softmax_test_rows(cols) {
-            for path in paths(suite, cols) {
-                // Forced paths on the smallest and largest row counts only.
-                if path.is_some() && rows == 2 {
-                    continue;
-                }
-                let softmax = path.map_or_else(Softmax::new, Softmax::forced);
-                let at = format!("{dtype}/[{rows}, {cols}]/{}", path_name(path));
-                for log in [false, true] {
-                    let op = if log { "log_softmax" } else { "softmax" };
-                    forward_case::<T>(suite, &format!("softmax/{op}/{at}"), softmax, rows, cols, log);
-                    backward_case::<T>(suite, &format!("softmax/{op}_backward/{at}"), softmax, rows, cols, log);
-                }
-                if path.is_none() || rows > 3 {
-                    fused_cases::<T>(suite, &at, softmax, rows, cols);
+            // Forced paths on the smallest and largest row counts only (the fused ops' on the
+            // largest).
+            let plain = Op::PLAIN.map(|op| (op, rows != 2));
+            let fused = Op::FUSED.map(|op| (op, rows > 3));
+            for (op, forced) in plain.into_iter().chain(fused) {
+                let name = |path| format!("softmax/{}/{dtype}/[{rows}, {cols}]/{}", op.name(), path_name(path));
+                let ask = |suite: &Suite| op.ask::<T>(suite, rows, cols, [0; 3]);
+                for path in suite.paths(forced.then_some(Forced::All), name, ask) {
+                    op.case::<T>(suite, &name(path), softmax_on(path), rows, cols);
                 }
             }
         }
@@ -142,13 +217,32 @@ fn backward_case<T: Element>(suite: &mut Suite, name: &str, softmax: Softmax, ro
     });
 }
 
-/// Scale + mask (with a fully masked row), causal, and cross entropy forward and backward.
-fn fused_cases<T: Element>(suite: &mut Suite, at: &str, softmax: Softmax, rows: usize, cols: usize) {
-    let scale = 0.125f32;
-    suite.case(&format!("softmax/scaled_masked/{at}"), tolerance_of::<T>(), |suite, rng| {
+/// Scale of the scaled ops' logits.
+const SCALE: f32 = 0.125;
+
+/// Rows of the mask for `rows` rows of input: a divisor, broadcast like `[seq_q, seq_k]`
+/// over heads.
+fn mask_rows(rows: usize) -> usize {
+    if rows % 3 == 0 { 3 } else { 1 }
+}
+
+/// `[batch, queries, keys]` for `rows` rows of `cols`, with as many queries as fit the rows
+/// evenly.
+fn causal_shape(rows: usize, cols: usize) -> [usize; 3] {
+    let queries = if rows % 3 == 0 { 3 } else { 1 };
+    [rows / queries, queries, cols]
+}
+
+/// A target per row: every fifth ignored (-100), the rest in the row.
+fn targets(rng: &mut Rng, rows: usize, cols: usize) -> Vec<i64> {
+    (0..rows).map(|r| if r % 5 == 4 { -100 } else { (rng.next_u64() % cols as u64) as i64 }).collect()
+}
+
+/// Scale + mask, with a fully masked row where the mask has three.
+fn scale_mask_case<T: Element>(suite: &mut Suite, name: &str, softmax: Softmax, rows: usize, cols: usize) {
+    suite.case(name, tolerance_of::<T>(), |suite, rng| {
         let x = logits::<T>(rng, rows, cols);
-        // The mask's rows divide the input's: broadcast like [seq_q, seq_k] over heads.
-        let mask_rows = if rows % 3 == 0 { 3 } else { 1 };
+        let mask_rows = mask_rows(rows);
         let mask: Vec<T> = (0..mask_rows * cols)
             .map(|i| {
                 let fully_masked_row = mask_rows == 3 && i / cols == 1;
@@ -159,42 +253,44 @@ fn fused_cases<T: Element>(suite: &mut Suite, at: &str, softmax: Softmax, rows: 
         let mask_dev = Tensor::from_slice(&suite.gpu, &mask, &[mask_rows, cols])?;
         let mut output = suite.poisoned::<T>(rows * cols, 0)?;
         let mut y = output.view_mut().reshape(&[rows, cols])?;
-        let plan = softmax.scale_mask(&suite.stream, &x_dev, &mask_dev, scale, &mut y)?;
+        let plan = softmax.scale_mask(&suite.stream, &x_dev, &mask_dev, SCALE, &mut y)?;
         let got = output.to_vec()?;
         let scaled: Vec<f64> = (0..rows * cols)
             .map(|i| {
                 let (r, c) = (i / cols, i % cols);
-                x[i].to_f64() * scale as f64 + mask[(r % mask_rows) * cols + c].to_f64()
+                x[i].to_f64() * SCALE as f64 + mask[(r % mask_rows) * cols + c].to_f64()
             })
             .collect();
         let want = softmax_rows(&scaled, cols, false);
         Ok(measured(&got, &want, |_| probability_floor::<T>(), &plan))
     });
-    suite.case(&format!("softmax/scaled_causal/{at}"), tolerance_of::<T>(), |suite, rng| {
+}
+
+fn causal_case<T: Element>(suite: &mut Suite, name: &str, softmax: Softmax, rows: usize, cols: usize) {
+    suite.case(name, tolerance_of::<T>(), |suite, rng| {
         let x = logits::<T>(rng, rows, cols);
-        // [batch, queries, keys] with as many queries as fit the rows evenly.
-        let queries = if rows % 3 == 0 { 3 } else { 1 };
-        let shape = [rows / queries, queries, cols];
+        let shape = causal_shape(rows, cols);
+        let queries = shape[1];
         let x_dev = Tensor::from_slice(&suite.gpu, &x, &shape)?;
         let mut output = suite.poisoned::<T>(rows * cols, 0)?;
         let mut y = output.view_mut().reshape(&shape)?;
-        let plan = softmax.causal(&suite.stream, &x_dev, scale, &mut y)?;
+        let plan = softmax.causal(&suite.stream, &x_dev, SCALE, &mut y)?;
         let got = output.to_vec()?;
         let scaled: Vec<f64> = (0..rows * cols)
             .map(|i| {
                 let (r, c) = (i / cols, i % cols);
-                if c <= r % queries { x[i].to_f64() * scale as f64 } else { f64::NEG_INFINITY }
+                if c <= r % queries { x[i].to_f64() * SCALE as f64 } else { f64::NEG_INFINITY }
             })
             .collect();
         let want = softmax_rows(&scaled, cols, false);
         Ok(measured(&got, &want, |_| probability_floor::<T>(), &plan))
     });
-    let targets = |rng: &mut Rng| -> Vec<i64> {
-        (0..rows).map(|r| if r % 5 == 4 { -100 } else { (rng.next_u64() % cols as u64) as i64 }).collect()
-    };
-    suite.case(&format!("softmax/cross_entropy/{at}"), tolerance_of::<T>(), |suite, rng| {
+}
+
+fn cross_entropy_case<T: Element>(suite: &mut Suite, name: &str, softmax: Softmax, rows: usize, cols: usize) {
+    suite.case(name, tolerance_of::<T>(), |suite, rng| {
         let x = logits::<T>(rng, rows, cols);
-        let target = targets(rng);
+        let target = targets(rng, rows, cols);
         let x_dev = Tensor::from_slice(&suite.gpu, &x, &[rows, cols])?;
         let target_dev = Tensor::from_slice(&suite.gpu, &target, &[rows])?;
         let mut loss = suite.poisoned::<f32>(rows, 0)?;
@@ -204,7 +300,10 @@ fn fused_cases<T: Element>(suite: &mut Suite, at: &str, softmax: Softmax, rows: 
         // A loss is a log-probability: absolute error below 1.
         Ok(measured(&got, &want, |_| 1.0, &plan))
     });
-    suite.case(&format!("softmax/logsumexp/{at}"), tolerance_of::<T>(), |suite, rng| {
+}
+
+fn logsumexp_case<T: Element>(suite: &mut Suite, name: &str, softmax: Softmax, rows: usize, cols: usize) {
+    suite.case(name, tolerance_of::<T>(), |suite, rng| {
         let x = logits::<T>(rng, rows, cols);
         let x_dev = Tensor::from_slice(&suite.gpu, &x, &[rows, cols])?;
         let mut out = suite.poisoned::<f32>(rows, 0)?;
@@ -213,9 +312,12 @@ fn fused_cases<T: Element>(suite: &mut Suite, at: &str, softmax: Softmax, rows: 
         // On the log scale: absolute error below 1.
         Ok(measured(&out.to_vec()?, &want, |_| 1.0, &plan))
     });
-    suite.case(&format!("softmax/cross_entropy_backward/{at}"), tolerance_of::<T>(), |suite, rng| {
+}
+
+fn cross_entropy_backward_case<T: Element>(suite: &mut Suite, name: &str, softmax: Softmax, rows: usize, cols: usize) {
+    suite.case(name, tolerance_of::<T>(), |suite, rng| {
         let x: Vec<T> = (0..rows * cols).map(|_| T::from_f64(rng.uniform(-8.0, 8.0))).collect();
-        let target = targets(rng);
+        let target = targets(rng, rows, cols);
         let dloss: Vec<f32> = (0..rows).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
         let x_dev = Tensor::from_slice(&suite.gpu, &x, &[rows, cols])?;
         let target_dev = Tensor::from_slice(&suite.gpu, &target, &[rows])?;
@@ -236,27 +338,48 @@ fn fused_cases<T: Element>(suite: &mut Suite, at: &str, softmax: Softmax, rows: 
 /// another shared phase, and mixed phases (packs of one).
 const OFFSETS: [[usize; 3]; 3] = [[1, 1, 1], [3, 11, 3], [1, 1, 2]];
 
-/// Views that start past a 16-byte boundary, on every path that takes the width. 2000 rows
-/// of 4097 give each forced cluster several rows, so its prefetch of the next row (whose
-/// head differs) is checked too.
+/// Views that start past a 16-byte boundary, on every path the planner takes them on.
+/// 2000 rows of 4097 give each forced cluster several rows, so its prefetch of the next row
+/// (whose head differs) is checked too.
 fn offset_views<T: Element>(suite: &mut Suite) {
     let dtype = T::DTYPE.name();
-    let widest = 16 / size_of::<T>();
-    for (rows, cols) in [(7, 33), (5, 1000), (2000, 4097), (3, 12345), (6, 50257)] {
-        for path in paths(suite, cols) {
-            let softmax = path.map_or_else(Softmax::new, Softmax::forced);
-            for offsets in OFFSETS {
-                let at = format!("{dtype}/[{rows}, {cols}]/{}/offset={offsets:?}", path_name(path));
-                let aligned = cols.is_multiple_of(widest) && offsets.iter().all(|o| o.is_multiple_of(widest));
-                let shared = offsets.iter().all(|o| o % widest == offsets[0] % widest);
-                let want_pack =
-                    move |plan: &Plan| if aligned || (shared && plan.kind() != PathKind::Warp) { widest } else { 1 };
-                offset_forward::<T>(suite, &at, softmax, rows, cols, offsets, want_pack);
-                offset_logsumexp::<T>(suite, &at, softmax, rows, cols, offsets[0], want_pack);
-                offset_backward::<T>(suite, &at, softmax, rows, cols, offsets, want_pack);
+    for (rows, cols) in [(7usize, 33usize), (5, 1000), (2000, 4097), (3, 12345), (6, 50257)] {
+        for offsets in OFFSETS {
+            let pack = want_pack::<T>(cols, &offsets);
+            let at = |path| format!("{dtype}/[{rows}, {cols}]/{}/offset={offsets:?}", path_name(path));
+            let forward = |path| format!("softmax/offset_forward/{}", at(path));
+            let ask = |suite: &Suite| Op::Forward { log: false }.ask::<T>(suite, rows, cols, offsets);
+            for path in suite.paths(Some(Forced::All), forward, ask) {
+                offset_forward::<T>(suite, &forward(path), softmax_on(path), rows, cols, offsets, pack);
+            }
+            // logsumexp's only row array is x (its pack is x's alone); its f32 values start one
+            // element in.
+            let logsumexp_offsets = [offsets[0], 0, 1];
+            let logsumexp_pack = want_pack::<T>(cols, &offsets[..1]);
+            let logsumexp = |path| format!("softmax/offset_logsumexp/{}", at(path));
+            let ask = |suite: &Suite| Op::LogSumExp.ask::<T>(suite, rows, cols, logsumexp_offsets);
+            for path in suite.paths(Some(Forced::All), logsumexp, ask) {
+                let softmax = softmax_on(path);
+                offset_logsumexp::<T>(suite, &logsumexp(path), softmax, rows, cols, logsumexp_offsets, logsumexp_pack);
+            }
+            let backward = |path| format!("softmax/offset_log_backward/{}", at(path));
+            let ask = |suite: &Suite| Op::Backward { log: true }.ask::<T>(suite, rows, cols, offsets);
+            for path in suite.paths(Some(Forced::All), backward, ask) {
+                offset_backward::<T>(suite, &backward(path), softmax_on(path), rows, cols, offsets, pack);
             }
         }
     }
+}
+
+/// The pack a plan should have for rows of `cols` whose row arrays start `offsets` elements
+/// into their allocations: the widest where the rows and every array are aligned to it, or
+/// on the block paths where the arrays share one phase (they run each row from its head);
+/// else 1.
+fn want_pack<T: Element>(cols: usize, offsets: &[usize]) -> impl Fn(&Plan) -> usize + Copy {
+    let widest = 16 / size_of::<T>();
+    let aligned = cols.is_multiple_of(widest) && offsets.iter().all(|o| o.is_multiple_of(widest));
+    let shared = offsets.iter().all(|o| o % widest == offsets[0] % widest);
+    move |plan: &Plan| if aligned || (shared && plan.kind() != PathKind::Warp) { widest } else { 1 }
 }
 
 /// `measured`, failing where the plan's pack is not `want_pack` or anything was written
@@ -280,14 +403,14 @@ fn measured_view<T: Element>(
 
 fn offset_forward<T: Element>(
     suite: &mut Suite,
-    at: &str,
+    name: &str,
     softmax: Softmax,
     rows: usize,
     cols: usize,
     [input, _, output]: [usize; 3],
     want_pack: impl Fn(&Plan) -> usize,
 ) {
-    suite.case(&format!("softmax/offset_forward/{at}"), tolerance_of::<T>(), |suite, rng| {
+    suite.case(name, tolerance_of::<T>(), |suite, rng| {
         let x = logits::<T>(rng, rows, cols);
         let x_dev = suite.upload(&x, input)?;
         let mut out = suite.poisoned::<T>(rows * cols, output)?;
@@ -300,34 +423,34 @@ fn offset_forward<T: Element>(
 
 fn offset_logsumexp<T: Element>(
     suite: &mut Suite,
-    at: &str,
+    name: &str,
     softmax: Softmax,
     rows: usize,
     cols: usize,
-    input: usize,
+    [input, _, output]: [usize; 3],
     want_pack: impl Fn(&Plan) -> usize,
 ) {
-    suite.case(&format!("softmax/offset_logsumexp/{at}"), tolerance_of::<T>(), |suite, rng| {
+    suite.case(name, tolerance_of::<T>(), |suite, rng| {
         let x = logits::<T>(rng, rows, cols);
         let x_dev = suite.upload(&x, input)?;
-        let mut out = suite.poisoned::<f32>(rows, 1)?;
-        let mut values = view_mut_at(&mut out, 1, &[rows])?;
+        let mut out = suite.poisoned::<f32>(rows, output)?;
+        let mut values = view_mut_at(&mut out, output, &[rows])?;
         let plan = softmax.logsumexp(&suite.stream, &view_at(&x_dev, input, &[rows, cols])?, &mut values)?;
         let want = logsumexp_rows(&f64s(&x), cols);
-        Ok(measured_view(&out.to_vec()?, 1, &want, |_| 1.0, &plan, want_pack(&plan)))
+        Ok(measured_view(&out.to_vec()?, output, &want, |_| 1.0, &plan, want_pack(&plan)))
     });
 }
 
 fn offset_backward<T: Element>(
     suite: &mut Suite,
-    at: &str,
+    name: &str,
     softmax: Softmax,
     rows: usize,
     cols: usize,
     [input, second, output]: [usize; 3],
     want_pack: impl Fn(&Plan) -> usize,
 ) {
-    suite.case(&format!("softmax/offset_log_backward/{at}"), tolerance_of::<T>(), |suite, rng| {
+    suite.case(name, tolerance_of::<T>(), |suite, rng| {
         let x: Vec<f64> = (0..rows * cols).map(|_| rng.uniform(-8.0, 8.0)).collect();
         let y: Vec<T> = softmax_rows(&x, cols, true).into_iter().map(T::from_f64).collect();
         let dy: Vec<T> = (0..rows * cols).map(|_| T::from_f64(rng.uniform(-1.0, 1.0))).collect();

@@ -1,9 +1,11 @@
 //! Shared pieces of rill's tests and benchmarks: f64 CPU references ([`reference`]),
 //! seeded random inputs ([`random`]), error measurement ([`check`]), ops run by name
-//! ([`ops`]) and the shape tables both the tests and the benchmarks use ([`shapes`]).
+//! ([`ops`]), the paths to run row-wise cases on, asked of the planner ([`paths`]), and the
+//! shape tables both the tests and the benchmarks use ([`shapes`]).
 
 pub mod check;
 pub mod ops;
+pub mod paths;
 pub mod random;
 pub mod reference;
 pub mod shapes;

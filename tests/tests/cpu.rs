@@ -110,7 +110,7 @@ fn kernels_of(module: Module) -> Vec<(String, String)> {
 fn softmax_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
     let kernels = kernels_of(Module::Softmax);
     // Kinds x (paths x dtypes x packs + phased block paths x dtypes at the widest pack).
-    assert_eq!(kernels.len(), 6 * (6 * 3 * 2 + 2 * 3), "softmax kernels");
+    assert_eq!(kernels.len(), 7 * (6 * 3 * 2 + 2 * 3), "softmax kernels");
     for (name, body) in &kernels {
         assert!(!body.contains(".local"), "{name}: uses local memory");
         assert!(!body.contains("call"), "{name}: calls a function (a panic path?)");
@@ -120,8 +120,9 @@ fn softmax_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
         // Scale and mask computes what it caches; the others copy rows to shared memory.
         let plain = !name.contains("_scale_mask_");
         check_row_loads(name, body, widest_pack, plain);
-        // Cross entropy writes a loss per row; the pack-1 kernels move one element per access.
-        if widest_pack && !name.contains("_cross_entropy_") {
+        // Cross entropy and logsumexp write a value per row; the pack-1 kernels move one
+        // element per access.
+        if widest_pack && !name.contains("_cross_entropy_") && !name.contains("_logsumexp_") {
             assert!(body.contains("st.global.v4.u32"), "{name}: no 16-byte store");
         }
         let block_path = name.contains("_shared_") || name.contains("_uncached_");
@@ -149,8 +150,9 @@ fn check_row_loads(name: &str, body: &str, widest_pack: bool, plain: bool) {
     if !widest_pack {
         return;
     }
-    // Cross entropy reads each row once on every path: streamed, never cached.
-    if name.contains("_cross_entropy_") && !name.contains("_cross_entropy_backward_") {
+    // Cross entropy and logsumexp read each row once on every path: streamed, never cached.
+    let cross_entropy = name.contains("_cross_entropy_") && !name.contains("_cross_entropy_backward_");
+    if cross_entropy || name.contains("_logsumexp_") {
         assert!(!body.contains("cp.async") && !body.contains("ld.shared.v4"), "{name}: caches the row");
     } else if name.contains("_shared_") || name.contains("_cluster_") {
         assert!(body.contains("ld.shared.v4.u32"), "{name}: no 16-byte cache read");
@@ -172,8 +174,8 @@ fn cluster_kernels_reduce_through_distributed_shared_memory() {
     let ptx = rill::ptx(Module::Cluster).expect("embedded");
     assert!(ptx.contains(".target sm_90"), "the cluster module must target sm_90");
     let kernels = kernels_of(Module::Cluster);
-    // Softmax: 6 kinds x 3 dtypes x (2 packs + phased); norms: (7 + 7 + 5) dtype triples x 2 packs.
-    assert_eq!(kernels.len(), 6 * 3 * 3 + (7 + 7 + 5) * 2, "cluster kernels");
+    // Softmax: 7 kinds x 3 dtypes x (2 packs + phased); norms: (7 + 7 + 5) dtype triples x 2 packs.
+    assert_eq!(kernels.len(), 7 * 3 * 3 + (7 + 7 + 5) * 2, "cluster kernels");
     for (name, body) in &kernels {
         assert!(name.contains("_cluster_"), "{name}: only cluster-path kernels belong here");
         assert!(!body.contains(".local"), "{name}: uses local memory");

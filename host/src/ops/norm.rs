@@ -297,6 +297,7 @@ impl<'a, T: Element, P> Backward<'a, T, P> {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Norm {
     force: Option<PathKind>,
+    plan_only: bool,
 }
 
 /// Checks a `[cols]` parameter vector.
@@ -334,7 +335,18 @@ impl Norm {
 
     /// Runs every row kernel on `path` (an error where the shape does not fit it).
     pub fn forced(path: PathKind) -> Self {
-        Norm { force: Some(path) }
+        Norm { force: Some(path), ..Norm::default() }
+    }
+
+    /// Makes every call check its tensors and plan its row kernel exactly as it would, then
+    /// return the [`Plan`] without launching anything (nor, in the backward, the parameter
+    /// gradients' kernels, which the plan does not describe): tests and tools ask the
+    /// planner which path a shape takes, or whether a forced path takes it (an
+    /// [`Error::Unsupported`] where not), instead of restating its rules. It asks the driver
+    /// about occupancy as a launch does, so it needs the GPU; the tensors' shapes and
+    /// addresses count, never their values.
+    pub fn plan_only(self) -> Self {
+        Norm { plan_only: true, ..self }
     }
 
     /// Runs a forward call; returns the plan it ran.
@@ -426,6 +438,7 @@ impl Norm {
             columns_before_blocks: call.residual.is_some(),
             reads_once: false,
             force: self.force,
+            launch: !self.plan_only,
             stream,
         }
         .run()
@@ -511,10 +524,11 @@ impl Norm {
             columns_before_blocks: false,
             reads_once: false,
             force: self.force,
+            launch: !self.plan_only,
             stream,
         }
         .run()?;
-        if dweight.is_some() || dbias.is_some() {
+        if !self.plan_only && (dweight.is_some() || dbias.is_some()) {
             let grad_args = NormParamGradArgs {
                 rows: rows as u64,
                 cols: cols as u64,

@@ -4,7 +4,8 @@
 //! logsumexp.
 //!
 //! Each call validates its tensors, plans the implementation ([`super::rows::dispatch::plan`]) and
-//! launches; it returns the [`Plan`] it ran, so callers and tests can see the choice.
+//! launches; it returns the [`Plan`] it ran, so callers and tests can see the choice
+//! ([`Softmax::plan_only`] asks for it without launching).
 //! A row of all `-inf` gives NaN, as in PyTorch.
 
 pub use super::rows::check_last_dim;
@@ -22,6 +23,7 @@ use rill_kernels_gpu::table::SoftmaxKind;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Softmax {
     force: Option<PathKind>,
+    plan_only: bool,
 }
 
 impl Softmax {
@@ -31,7 +33,18 @@ impl Softmax {
 
     /// Runs every call on `path` (an error where the shape does not fit it).
     pub fn forced(path: PathKind) -> Self {
-        Softmax { force: Some(path) }
+        Softmax { force: Some(path), ..Softmax::default() }
+    }
+
+    /// Makes every call check its tensors and plan exactly as it would, then return the
+    /// [`Plan`] without launching anything: tests and tools ask the planner which path a
+    /// shape takes, or whether a forced path takes it (an [`Error::Unsupported`] where not),
+    /// instead of restating its rules. It asks the driver about occupancy as a launch does,
+    /// so it needs the GPU; the tensors' shapes and addresses count, never their values.
+    ///
+    /// [`Error::Unsupported`]: crate::Error::Unsupported
+    pub fn plan_only(self) -> Self {
+        Softmax { plan_only: true, ..self }
     }
 
     fn call<'a, T: Element>(
@@ -58,6 +71,7 @@ impl Softmax {
             columns_before_blocks: false,
             reads_once: false,
             force: self.force,
+            launch: !self.plan_only,
             stream,
         })
     }

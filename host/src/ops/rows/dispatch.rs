@@ -44,6 +44,11 @@ pub enum PathKind {
     Cluster,
 }
 
+impl PathKind {
+    /// Every implementation, to try each in turn (tests ask the planner which take a call).
+    pub const ALL: [PathKind; 4] = [PathKind::Warp, PathKind::Shared, PathKind::Uncached, PathKind::Cluster];
+}
+
 /// What a launch will do: path, pack (elements per vectorized access) and grid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Plan {
@@ -557,6 +562,20 @@ mod tests {
         // Aligned rows run the aligned kernels.
         let p = plan(&problem(4096, 4096, 8), &device, OCCUPANCY).unwrap();
         assert_eq!((p.pack, p.phased, p.row_path()), (8, false, RowPath::Shared));
+    }
+
+    #[test]
+    fn every_path_is_listed_once_in_order() {
+        for (i, kind) in PathKind::ALL.into_iter().enumerate() {
+            // Exhaustive: a new path fails to compile here until `ALL` lists it.
+            let index = match kind {
+                PathKind::Warp => 0,
+                PathKind::Shared => 1,
+                PathKind::Uncached => 2,
+                PathKind::Cluster => 3,
+            };
+            assert_eq!(index, i, "{kind:?}");
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! What the row-wise ops (softmax, the norms) share on the host: shape checks, the pack
-//! choice, and one launch routine that plans a path ([`dispatch::plan`]) and runs it.
+//! choice, and one launch routine that plans a path ([`dispatch::plan`]) and runs it (or,
+//! for the ops' `plan_only`, returns the plan).
 
 pub mod dispatch;
 
@@ -110,6 +111,10 @@ pub(crate) struct RowCall<'a, A: RowArgs> {
     /// Whether the op reads each row once ([`dispatch::Problem::reads_once`]).
     pub reads_once: bool,
     pub force: Option<PathKind>,
+    /// Whether to launch the plan, or only return it (`plan_only` on the ops): everything
+    /// before the launch (checks, occupancy questions, the kernel's lookup) runs either way,
+    /// so the answer and its errors are the launch's.
+    pub launch: bool,
     pub stream: &'a Stream,
 }
 
@@ -173,6 +178,9 @@ impl<A: RowArgs> RowCall<'_, A> {
         };
         let plan = plan(&problem, gpu.info(), Occupancies { shared: &shared, cluster: &cluster })?;
         let kernel = kernel_for(&plan)?;
+        if !self.launch {
+            return Ok(plan);
+        }
         match plan.path {
             Path::Shared { block, shared_bytes, .. } => {
                 let resident = if self.columns_before_blocks { 0 } else { shared(block, shared_bytes)? };
