@@ -7,12 +7,12 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
 /// What `rill run --help` adds after the ops, wrapped by hand (clap wraps only with a terminal
-/// size crate).
+/// size crate). An op whose output differs from --input says so in its own help, so that
+/// adding one touches only its family's module.
 const RUN_NOTES: &str = "\
 Float inputs must all be float32 or all float16 ('<f4' or '<f2' .npy files); the output has
-the shape and dtype of --input, except that `to` writes --dtype and `cross_entropy` writes
-float32 losses of shape [rows], rows being the product of all but the last dimension of
---input. bfloat16 cannot be stored in a .npy file, so it is not offered.";
+the shape and dtype of --input unless the op's help (rill run <op> --help) says otherwise.
+bfloat16 cannot be stored in a .npy file, so it is not offered.";
 
 /// Runs one rill op on the GPU on NumPy .npy files.
 ///

@@ -27,6 +27,7 @@ pub enum Op {
     ScaledCausalSoftmax(ScaledCausalSoftmax),
     /// Per-row loss -log_softmax(input)[target], float32 of shape [rows].
     ///
+    /// One loss per row of --input, rows being the product of all but its last dimension.
     /// PyTorch's cross_entropy with reduction='none' and ignore_index=-100: rows whose target is
     /// -100 have loss 0.
     CrossEntropy(CrossEntropy),
