@@ -35,6 +35,11 @@ pub enum Op {
     ///
     /// Writes a gradient of --input's shape and dtype; rows whose target is -100 get 0.
     CrossEntropyBackward(CrossEntropyBackward),
+    /// log(sum(exp(input))) over the last axis, of --input's shape without that axis.
+    ///
+    /// PyTorch's logsumexp(input, dim) over the last axis. The output is float32 whatever the
+    /// dtype of --input.
+    Logsumexp(Forward),
 }
 
 /// `--dim`, which the softmax family takes as PyTorch does, though only the last axis is
@@ -167,8 +172,8 @@ fn ignore_index(value: &str) -> Result<IgnoreIndex, String> {
 impl Op {
     pub fn invocation(&self) -> Invocation<'_> {
         match self {
-            Op::Softmax(args) => Invocation::new("softmax", &args.io).dim(args.dim.dim),
-            Op::LogSoftmax(args) => Invocation::new("log_softmax", &args.io).dim(args.dim.dim),
+            Op::Softmax(args) => args.invocation("softmax"),
+            Op::LogSoftmax(args) => args.invocation("log_softmax"),
             Op::SoftmaxBackward(args) => args.invocation("softmax_backward"),
             Op::LogSoftmaxBackward(args) => args.invocation("log_softmax_backward"),
             Op::ScaledMaskedSoftmax(args) => Invocation::new("scaled_masked_softmax", &args.io)
@@ -179,6 +184,7 @@ impl Op {
             Op::CrossEntropyBackward(args) => {
                 args.forward.invocation("cross_entropy_backward").file("grad-output", Holds::Float32, &args.grad_output)
             }
+            Op::Logsumexp(args) => args.invocation("logsumexp"),
         }
     }
 
@@ -206,7 +212,19 @@ impl Op {
             Op::CrossEntropyBackward(_) => like_x(&|s, dx| {
                 softmax::cross_entropy_backward(s, &x, &target()?, &cx.tensor::<f32>("grad-output")?, dx)
             }),
+            Op::Logsumexp(_) => {
+                // One value per row, of --input's shape without the last axis (a scalar is
+                // rejected by the op).
+                let rows = &x.shape()[..x.shape().len().saturating_sub(1)];
+                call::<f32>(cx, rows, |s, out| softmax::logsumexp(s, &x, out))
+            }
         }
+    }
+}
+
+impl Forward {
+    fn invocation(&self, name: &'static str) -> Invocation<'_> {
+        Invocation::new(name, &self.io).dim(self.dim.dim)
     }
 }
 
@@ -248,7 +266,7 @@ mod tests {
     #[test]
     fn ops_are_named_as_in_pytorch() {
         let names = "softmax log_softmax softmax_backward log_softmax_backward scaled_masked_softmax \
-                     scaled_causal_softmax cross_entropy cross_entropy_backward";
+                     scaled_causal_softmax cross_entropy cross_entropy_backward logsumexp";
         assert_eq!(testing::names::<Op>().join(" "), names);
     }
 
@@ -292,6 +310,18 @@ mod tests {
     }
 
     #[test]
+    fn logsumexp_takes_the_last_axis_like_softmax() {
+        let Op::Logsumexp(args) = op("run logsumexp --input x.npy --output y.npy") else { panic!("not logsumexp") };
+        assert_eq!((args.io.input.to_str(), args.io.output.to_str(), args.dim.dim), (Some("x.npy"), Some("y.npy"), -1));
+        let Op::Logsumexp(args) = op("run logsumexp --input=x --dim=2 --output=y --verbose") else { panic!() };
+        assert_eq!(args.dim.dim, 2);
+        assert_eq!(selected("logsumexp --input x").0, ["input"]);
+        assert_eq!(rejected("run logsumexp --input x --output y --dim last"), ErrorKind::ValueValidation);
+        assert_eq!(rejected("run logsumexp --input x --output y --target t"), ErrorKind::UnknownArgument);
+        assert_eq!(rejected("run logsumexp --output y"), ErrorKind::MissingRequiredArgument);
+    }
+
+    #[test]
     fn rejects_bad_arguments_with_exit_status_2() {
         assert_eq!(rejected("run scaled_causal_softmax --input x --output y"), ErrorKind::MissingRequiredArgument);
         assert_eq!(rejected("run softmax --input x --output y --dim last"), ErrorKind::ValueValidation);
@@ -310,5 +340,6 @@ mod tests {
         let files = Files::new("softmax-axis");
         let x = files.f32("x.npy", &[2, 4]);
         assert!(usage(files.failure(&format!("softmax --input {x} --dim 0"))).contains("dim 0"));
+        assert!(usage(files.failure(&format!("logsumexp --input {x} --dim -2"))).contains("dim -2"));
     }
 }
