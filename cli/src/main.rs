@@ -10,7 +10,10 @@
 
 mod args;
 mod npy;
+mod ops;
 mod run;
+#[cfg(test)]
+mod testing;
 
 use args::{Cli, Command};
 use clap::Parser;
@@ -21,10 +24,7 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let cli = Cli::try_parse().unwrap_or_else(|err| with_hint(err).exit());
     let (result, usage) = match &cli.command {
-        Command::Run { op } => {
-            let invocation = op.invocation();
-            (run::run(&invocation, cli.verbose), format!("rill run {} --help", invocation.name))
-        }
+        Command::Run { op } => (run::run(op, cli.verbose), format!("rill run {} --help", op.invocation().name)),
         Command::Devices => (run::devices(), "rill help".to_string()),
     };
     match result {
