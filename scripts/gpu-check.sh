@@ -9,7 +9,8 @@
 #   suite[=FILTER]  the GPU suite (optionally only cases whose name contains FILTER)
 #   memcheck=FILTER compute-sanitizer memcheck over the suite's FILTER cases, --quick
 #   racecheck=FILTER compute-sanitizer racecheck over them, --quick
-#   bench=ARGS      rill-bench with comma-separated ARGS (e.g. bench=--filter,softmax)
+#   bench=ARGS      rill-bench with comma-separated ARGS (e.g. bench=--filter,softmax), its
+#                   table and records in bench-N.log and bench-N.json, N counting the runs
 set -uo pipefail
 dir=$1
 shift
@@ -57,8 +58,9 @@ for step in "$@"; do
         ;;
     bench=*)
         IFS=, read -r -a args <<<"${step#bench=}"
-        "$dir/rill-bench" "${args[@]}" --json "$out/bench.json" >"$out/bench.log" 2>&1 || status=1
-        tail -5 "$out/bench.log"
+        benches=$((${benches:-0} + 1))
+        "$dir/rill-bench" "${args[@]}" --json "$out/bench-$benches.json" >"$out/bench-$benches.log" 2>&1 || status=1
+        tail -3 "$out/bench-$benches.log"
         ;;
     *)
         echo "unknown step: $step" >&2

@@ -28,11 +28,6 @@ pub mod unroll;
 #[cfg(target_arch = "nvptx64")]
 pub mod pack;
 
-// The cluster module instantiates the row kernels only, not the column sums.
-#[cfg(all(target_arch = "nvptx64", feature = "norm"))]
-#[cfg_attr(feature = "cluster", allow(dead_code))]
-mod columns;
-
 #[cfg(target_arch = "nvptx64")]
 mod ops;
 

@@ -1,6 +1,6 @@
-//! The host side of the deterministic column sums (the device's `columns` module): how
-//! stage 1 chunks the rows, its stream-ordered workspace, and the two launches. The norms'
-//! parameter gradients use it; any per-column statistic of a row-major tensor can.
+//! The host side of the deterministic two-stage column sums (chunk sums, then chunk totals
+//! in order): how stage 1 chunks the rows, its stream-ordered workspace, and the two
+//! launches. The norms' parameter gradients use it; any kernel pair of that shape can.
 
 use crate::error::{DriverContext, Result};
 use crate::launch::{LaunchConfig, grid_stride_blocks, launch};

@@ -18,14 +18,17 @@ use super::rows::{
     BlockRow, BlockSplit, RowCache, RowSplit, Slice, WarpRows, block_packs, block_packs_loaded, warp_load,
     warp_row_reduce, warp_store,
 };
-use crate::abi::{NormArgs, NormParamGradArgs};
-use crate::arch::{GlobalAddr, dynamic_shared_addr, load_global_nc, rcp, rsqrt, thread_idx_x, wait_async_copies};
-use crate::columns::{Chunking, ColumnTerms, chunk_sums, chunk_totals};
+use crate::abi::{COLUMN_SUM_WARPS, NormArgs, NormParamGradArgs, column_sum_tile_cols};
+use crate::arch::{
+    GlobalAddr, WARP_SIZE, block_dim_x, block_idx_x, dynamic_shared, dynamic_shared_addr, grid_dim_x, load_global_nc,
+    rcp, rsqrt, sync_threads, thread_idx_x, wait_async_copies,
+};
 use crate::pack::{ColumnLoad, ColumnWords, DirectLoad, DirectStore, Load, Pack, RowMajor, Store, StreamLoad};
 use crate::reduce::{Sum, SumPair, block_all_reduce};
 use crate::scalar::Scalar;
 use crate::table::RowPath;
 use crate::unroll::{unroll, unrolled_array};
+use core::num::NonZeroU64;
 
 /// A row's statistics: the normalized value of `x` is `(x - mean) * rstd`.
 #[derive(Clone, Copy, Default)]
@@ -675,71 +678,120 @@ pub unsafe fn backward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PA
     }
 }
 
-/// The parameter gradients' terms of a row: `dy * x̂` (dgamma) and `dy` (dbeta).
-struct ParamGradTerms<T> {
-    x: DirectLoad<T>,
-    dy: DirectLoad<T>,
-    saved: SavedStats,
-}
-
-impl<T: Scalar, const P: usize> ColumnTerms<P> for ParamGradTerms<T> {
-    type Loaded = ([f32; P], [f32; P]);
-
-    #[inline(always)]
-    unsafe fn load(&self, row: u64, col: u64) -> Self::Loaded {
-        // SAFETY: forwarded.
-        unsafe { (self.x.load(row, col), self.dy.load(row, col)) }
-    }
-
-    #[inline(always)]
-    unsafe fn terms(&self, row: u64, (xs, dys): Self::Loaded) -> ([f32; P], [f32; P]) {
-        // SAFETY: forwarded: `row` is a row of the view.
-        let stats = unsafe { self.saved.get(row) };
-        (unrolled_array(|j| dys[j] * stats.normalize(xs[j])), dys)
-    }
-}
-
-/// The column sums' chunking of `args`.
-#[inline(always)]
-fn chunking(args: &NormParamGradArgs) -> Chunking {
-    Chunking {
-        rows: args.rows,
-        cols: args.cols,
-        rows_per_chunk: args.rows_per_chunk,
-        chunks: args.chunks,
-        partial: args.partial,
-    }
-}
-
-/// Stage 1 of dgamma and dbeta ([`chunk_sums`]; RMSNorm has no dbeta).
+/// Stage 1 of dgamma/dbeta: block `b` sums rows `chunk * rows_per_chunk ..` (chunk
+/// `b / tiles`) of the column tile `b % tiles` (32 lanes x `P` columns). Each warp takes
+/// every eighth row of the chunk; the warps' sums then add up in a fixed order through
+/// shared memory, so the result does not depend on scheduling.
 ///
 /// # Safety
 /// `args` must describe live arrays (x, dy: `rows x cols` of `T` aligned to `P` with `cols`
-/// a multiple of `P`; mean, rstd: `rows` f32; partial: `2 x chunks x cols` f32) and the
-/// launch [`chunk_sums`] asks for.
+/// a multiple of `P`; mean, rstd: `rows` f32; partial: `2 x chunks x cols` f32), a grid of
+/// `tiles x chunks` blocks of `COLUMN_SUM_WARPS` warps, and `P x 2 x 32 x warps` f32
+/// of dynamic shared memory.
 #[inline(always)]
 pub unsafe fn param_grad<T: Scalar, const P: usize>(args: &NormParamGradArgs) {
-    // SAFETY: forwarded.
+    let tile_cols = column_sum_tile_cols(P) as u64;
+    // At least one tile (cols > 0): a divisor with no zero check.
+    let tiles = NonZeroU64::new(args.cols.div_ceil(tile_cols)).unwrap_or(NonZeroU64::MIN);
+    let (chunk, tile) = (block_idx_x() as u64 / tiles, block_idx_x() as u64 % tiles);
+    let (warp, lane) = (thread_idx_x() / WARP_SIZE, thread_idx_x() % WARP_SIZE);
+    let col = tile * tile_cols + lane as u64 * P as u64;
+    let first = chunk * args.rows_per_chunk;
+    let end = (first + args.rows_per_chunk).min(args.rows);
+    let rms = args.rms != 0;
+    let (mut dgamma, mut dbeta) = ([0.0f32; P], [0.0f32; P]);
+    // SAFETY (block): every access is a pack of a row < rows at a column < cols.
     unsafe {
-        let terms = ParamGradTerms {
-            x: DirectLoad(view::<T>(args.input, args.cols)),
-            dy: DirectLoad(view::<T>(args.grad, args.cols)),
-            saved: SavedStats::new(args.mean, args.rstd, args.rms),
+        let x = DirectLoad(view::<T>(args.input, args.cols));
+        let dy = DirectLoad(view::<T>(args.grad, args.cols));
+        let saved = SavedStats::new(args.mean, args.rstd, args.rms);
+        let mut add = |row: u64, (xs, dys): ([f32; P], [f32; P])| {
+            let stats = saved.get(row);
+            unroll::<P>(|j| {
+                dgamma[j] += dys[j] * stats.normalize(xs[j]);
+                dbeta[j] += dys[j];
+            });
         };
-        chunk_sums::<_, P>(&terms, chunking(args), args.rms == 0);
+        if col < args.cols {
+            // Four rows' loads in flight per lane, then the rest one by one.
+            let step = COLUMN_SUM_WARPS as u64;
+            let load = |row: u64| (x.load(row, col), dy.load(row, col));
+            let mut row = first + warp as u64;
+            while row + 3 * step < end {
+                let mut loaded = [load(row); 4];
+                unroll::<4>(|u| {
+                    if u > 0 {
+                        loaded[u] = load(row + u as u64 * step);
+                    }
+                });
+                unroll::<4>(|u| add(row + u as u64 * step, loaded[u]));
+                row += 4 * step;
+            }
+            while row < end {
+                add(row, load(row));
+                row += step;
+            }
+        }
+        // Warp w's sums at scratch[(w * 2 + which) * 32 * P + j * 32 + lane].
+        let scratch = dynamic_shared::<f32>();
+        let at =
+            |w: u32, which: usize, j: usize| ((w as usize * 2 + which) * P + j) * WARP_SIZE as usize + lane as usize;
+        unroll::<P>(|j| {
+            scratch.add(at(warp, 0, j)).write(dgamma[j]);
+            scratch.add(at(warp, 1, j)).write(dbeta[j]);
+        });
+        sync_threads();
+        if warp == 0 && col < args.cols {
+            let partial = args.partial as *mut f32;
+            let chunk_at = (chunk * args.cols + col) as usize;
+            let beta_at = (args.chunks * args.cols) as usize;
+            unroll::<P>(|j| {
+                let (mut g, mut b) = (0.0, 0.0);
+                for w in 0..COLUMN_SUM_WARPS {
+                    g += scratch.add(at(w, 0, j)).read();
+                    b += scratch.add(at(w, 1, j)).read();
+                }
+                partial.add(chunk_at + j).write(g);
+                if !rms {
+                    partial.add(beta_at + chunk_at + j).write(b);
+                }
+            });
+        }
     }
 }
 
-/// Stage 2 of dgamma and dbeta ([`chunk_totals`]).
+/// Stage 2: `dgamma[c]` (and `dbeta[c]`) as the sum of the chunks' partial sums, in chunk
+/// order; a thread per column, grid-strided.
 ///
 /// # Safety
 /// As [`param_grad`]; dgamma and dbeta, where not 0, hold `cols` elements of `G`.
 #[inline(always)]
 pub unsafe fn param_grad_sum<G: Scalar>(args: &NormParamGradArgs) {
-    // SAFETY: forwarded.
+    let partial = args.partial as *const f32;
+    let stride = (grid_dim_x() * block_dim_x()) as u64;
+    let mut col = (block_idx_x() * block_dim_x() + thread_idx_x()) as u64;
+    // SAFETY: reads `chunks x cols` partial sums per parameter and writes column `col`.
     unsafe {
         let dgamma = (args.dgamma != 0).then(|| DirectStore(view::<G>(args.dgamma, args.cols)));
         let dbeta = (args.dbeta != 0).then(|| DirectStore(view::<G>(args.dbeta, args.cols)));
-        chunk_totals(chunking(args), dgamma, dbeta);
+        let beta_at = args.chunks * args.cols;
+        while col < args.cols {
+            let (mut g, mut b) = (0.0, 0.0);
+            let mut chunk = 0;
+            while chunk < args.chunks {
+                g += partial.add((chunk * args.cols + col) as usize).read();
+                if dbeta.is_some() {
+                    b += partial.add((beta_at + chunk * args.cols + col) as usize).read();
+                }
+                chunk += 1;
+            }
+            if let Some(dgamma) = &dgamma {
+                dgamma.store([g], 0, col);
+            }
+            if let Some(dbeta) = &dbeta {
+                dbeta.store([b], 0, col);
+            }
+            col += stride;
+        }
     }
 }
