@@ -4,14 +4,16 @@
 use super::trap;
 #[cfg(feature = "cluster")]
 use crate::abi::CLUSTER_EXCHANGE_BYTES;
+use crate::abi::ROW_STATIC_SHARED_BYTES;
 use core::arch::{asm, global_asm};
 
 global_asm!(".extern .shared .align 16 .b8 rill_dynamic_shared[];");
-global_asm!(".shared .align 16 .b8 rill_reduce_scratch[256];");
+global_asm!(".shared .align 16 .b8 rill_reduce_scratch[{bytes}];", bytes = const ROW_STATIC_SHARED_BYTES);
 #[cfg(feature = "cluster")]
 global_asm!(".shared .align 16 .b8 rill_cluster_exchange[{bytes}];", bytes = const CLUSTER_EXCHANGE_BYTES);
 
-/// Two words for each of 32 warps of static shared memory, for block-wide reductions.
+/// Two words for each of 32 warps of static shared memory, for block-wide reductions
+/// ([`ROW_STATIC_SHARED_BYTES`], which the host leaves room for).
 #[inline(always)]
 pub fn reduce_scratch() -> *mut u32 {
     let p: u64;
