@@ -20,6 +20,17 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+impl Error {
+    /// An `Unsupported` error said in the caller's terms; any other error (the driver's) as
+    /// it is, so a failing driver is never reported as a missing kernel.
+    pub(crate) fn reword_unsupported(self, message: impl FnOnce() -> String) -> Error {
+        match self {
+            Error::Unsupported(_) => Error::Unsupported(message()),
+            other => other,
+        }
+    }
+}
+
 /// Attaches the name of the driver call to a driver result.
 pub(crate) trait DriverContext<T> {
     fn during(self, call: &'static str) -> Result<T>;

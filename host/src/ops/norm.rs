@@ -557,7 +557,9 @@ impl ColumnSumArgs for NormParamGradArgs {
 /// dweight (and dbias): the column sums of `dy * x̂` (and `dy`).
 fn param_grads<T: Element, G: Element>(stream: &Stream, op: &str, args: NormParamGradArgs, pack: usize) -> Result<()> {
     let modules = stream.gpu().modules();
-    let unsupported = |_| Error::Unsupported(format!("`{op}`: no parameter-gradient kernel for {}", T::DTYPE.name()));
+    let unsupported = |error: Error| {
+        error.reword_unsupported(|| format!("`{op}`: no parameter-gradient kernel for {}", T::DTYPE.name()))
+    };
     let chunks = modules.kernel(KernelKey::NormParamGrad { x: T::DTYPE, pack }).map_err(unsupported)?;
     let totals = modules.kernel(KernelKey::NormParamGradSum { param: G::DTYPE }).map_err(unsupported)?;
     // SAFETY: both kernels take NormParamGradArgs; the caller checked x and dy (rows x cols,

@@ -5,7 +5,7 @@
 pub mod dispatch;
 
 use crate::Stream;
-use crate::error::{Error, Result, invalid};
+use crate::error::{Result, invalid};
 use crate::launch::{LaunchConfig, active_clusters, launch};
 use crate::module::{Kernel, KernelKey};
 use dispatch::{Occupancies, Problem, plan};
@@ -132,8 +132,8 @@ impl<A: RowArgs> RowCall<'_, A> {
         gpu.bind()?;
         let kernel_for = |plan: &Plan| -> Result<Kernel> {
             let path = plan.row_path();
-            gpu.modules().kernel(self.kernels.at(path, plan.pack)).map_err(|_| {
-                Error::Unsupported(format!("no `{}` kernel for these dtypes on the {path:?} path", self.op))
+            gpu.modules().kernel(self.kernels.at(path, plan.pack)).map_err(|error| {
+                error.reword_unsupported(|| format!("no `{}` kernel for these dtypes on the {path:?} path", self.op))
             })
         };
         // Asked only when the planner considers the shared path: with the carveout that
