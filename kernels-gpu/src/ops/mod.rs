@@ -12,6 +12,10 @@ pub mod softmax;
 
 // The cluster module instantiates the row kernels only, not the parameter gradients.
 #[cfg(feature = "norm")]
+#[cfg_attr(feature = "cluster", allow(dead_code))]
+mod columns;
+
+#[cfg(feature = "norm")]
 #[cfg_attr(feature = "cluster", allow(dead_code, unused_imports))]
 pub mod norm;
 

@@ -1,7 +1,7 @@
-//! LayerNorm and RMSNorm over the rows of a `(rows, cols)` view, forward and backward, on
-//! the three paths of [`crate::ops::rows`] (warp, shared, uncached).
+//! LayerNorm and RMSNorm over the rows of a `(rows, cols)` view, forward and backward: their
+//! math as hooks of the row engine ([`crate::ops::rows`]), which runs them on every path.
 //!
-//! One body per direction serves both norms (RMSNorm is LayerNorm with the mean held at 0
+//! One set of hooks per direction serves both norms (RMSNorm is LayerNorm with the mean held at 0
 //! and no beta) and every fusion: the forward reads the row through a [`Load`] (plain, or
 //! residual add that also writes the sum) and writes `(x - mean) * rstd * gamma + beta`
 //! through a [`Store`] (which casts to the output dtype); the backward reads `x` already
@@ -12,23 +12,17 @@
 //! uncached path merges each pack's exact moments into the thread's running ones (Chan et
 //! al.), one reciprocal per pack. dgamma and dbeta are a separate two-stage reduction.
 
-#[cfg(feature = "cluster")]
-use super::rows::ClusterSplit;
-use super::rows::{
-    BlockRow, BlockSplit, RowCache, RowSplit, Slice, WarpRows, block_packs, block_packs_loaded, warp_load,
-    warp_row_reduce, warp_store,
-};
-use crate::abi::{COLUMN_SUM_WARPS, NormArgs, NormParamGradArgs, column_sum_tile_cols};
-use crate::arch::{
-    GlobalAddr, WARP_SIZE, block_dim_x, block_idx_x, dynamic_shared, dynamic_shared_addr, grid_dim_x, load_global_nc,
-    rcp, rsqrt, sync_threads, thread_idx_x, wait_async_copies,
-};
-use crate::pack::{ColumnLoad, ColumnWords, DirectLoad, DirectStore, Load, Pack, RowMajor, Store, StreamLoad};
-use crate::reduce::{Sum, SumPair, block_all_reduce};
+use super::columns::{self, ColumnTerms, Columns};
+use super::rows::RowSplit;
+use super::rows::backward::{self, RowGradient};
+use super::rows::forward::{self, Accumulate, RowForward, RowPass};
+use crate::abi::{NormArgs, NormParamGradArgs};
+use crate::arch::{GlobalAddr, load_global_nc, rcp, rsqrt};
+use crate::pack::{ColumnLoad, ColumnWords, DirectLoad, DirectStore, Load, LoadOne, Pack, RowMajor, Store, StreamLoad};
+use crate::reduce::Sum;
 use crate::scalar::Scalar;
 use crate::table::RowPath;
 use crate::unroll::{unroll, unrolled_array};
-use core::num::NonZeroU64;
 
 /// A row's statistics: the normalized value of `x` is `(x - mean) * rstd`.
 #[derive(Clone, Copy, Default)]
@@ -57,6 +51,9 @@ struct Forward<G> {
     eps: f32,
     inv_cols: f32,
     rms: bool,
+    /// Whether the shared path fetches gamma and beta in batches
+    /// ([`RowForward::batches_params`]).
+    batched: bool,
 }
 
 impl<G: Scalar> Forward<G> {
@@ -64,7 +61,7 @@ impl<G: Scalar> Forward<G> {
     /// Non-zero gamma and beta addresses must hold `cols` elements of `G`, aligned as
     /// [`ColumnLoad::new`] requires.
     #[inline(always)]
-    unsafe fn new(args: &NormArgs) -> Self {
+    unsafe fn new(args: &NormArgs, batched: bool) -> Self {
         Forward {
             // SAFETY: forwarded.
             gamma: unsafe { column(args.gamma) },
@@ -74,43 +71,14 @@ impl<G: Scalar> Forward<G> {
             eps: args.eps,
             inv_cols: args.inv_cols,
             rms: args.rms != 0,
+            batched,
         }
-    }
-
-    /// The raw words of gamma and beta of columns `col..col + P` (unread where absent).
-    ///
-    /// # Safety
-    /// The columns must be inside the row, `col` a multiple of `P`.
-    #[inline(always)]
-    unsafe fn fetch_params<const P: usize>(&self, col: u64) -> (ColumnWords<G, P>, ColumnWords<G, P>) {
-        // SAFETY: forwarded.
-        unsafe {
-            (
-                self.gamma.as_ref().map_or_else(Default::default, |g| g.fetch(col)),
-                self.beta.as_ref().map_or_else(Default::default, |b| b.fetch(col)),
-            )
-        }
-    }
-
-    /// Gamma and beta from [`Forward::fetch_params`] (1 and 0 where absent).
-    #[inline(always)]
-    fn params<const P: usize>(&self, (gamma, beta): (ColumnWords<G, P>, ColumnWords<G, P>)) -> ([f32; P], [f32; P]) {
-        (
-            if self.gamma.is_some() { gamma.to_f32() } else { [1.0; P] },
-            if self.beta.is_some() { beta.to_f32() } else { [0.0; P] },
-        )
     }
 
     /// The mean from the row's sum (0 for RMSNorm, which does not center).
     #[inline(always)]
     fn mean(&self, sum: f32) -> f32 {
         if self.rms { 0.0 } else { sum * self.inv_cols }
-    }
-
-    /// Statistics from the mean and the sum of squares about it.
-    #[inline(always)]
-    fn stats(&self, mean: f32, squares: f32) -> Stats {
-        Stats { mean, rstd: rsqrt(squares * self.inv_cols + self.eps) }
     }
 
     /// # Safety
@@ -129,122 +97,119 @@ impl<G: Scalar> Forward<G> {
     }
 }
 
-#[inline(always)]
-unsafe fn warp_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize, const E: usize>(
-    load: &L,
-    store: &S,
-    norm: &Forward<G>,
-    args: &NormArgs,
-) {
-    let shape = &args.shape;
-    let at = WarpRows::new::<E>(shape);
-    // SAFETY (block): loads and stores stay in range (warp_load, warp_store), and the whole
-    // warp runs the same iterations.
-    at.for_each_access(shape.rows, |first| unsafe {
-        let x = warp_load::<L, P, E>(load, &at, first, shape, 0.0);
-        let mean = if norm.rms {
-            [0.0; 2]
-        } else {
-            warp_row_reduce::<Sum, E>(|r, i| x[r][i], at.width).map(|sum| norm.mean(sum))
-        };
-        let squares = warp_row_reduce::<Sum, E>(
-            |r, i| {
-                let d = x[r][i] - mean[r];
-                if at.in_row::<P>(i, shape.cols) { d * d } else { 0.0 }
-            },
-            at.width,
-        );
-        let stats = [norm.stats(mean[0], squares[0]), norm.stats(mean[1], squares[1])];
-        if at.lane == 0 {
-            unroll::<2>(|r| {
-                if at.holds::<E>(r, first, shape.rows) {
-                    norm.write(first + r as u64, stats[r]);
-                }
-            });
+impl<G: Scalar> RowForward for Forward<G> {
+    type Stats = Stats;
+    type Center = Sum;
+    type Params<const P: usize> = (ColumnWords<G, P>, ColumnWords<G, P>);
+    type Prepared<const P: usize> = ([f32; P], [f32; P]);
+
+    const MASKS_PADDING: bool = true;
+    const ELEMENTS: bool = true;
+
+    #[inline(always)]
+    fn centers(&self) -> bool {
+        !self.rms
+    }
+
+    #[inline(always)]
+    fn center(&self, sum: f32) -> f32 {
+        self.mean(sum)
+    }
+
+    #[inline(always)]
+    fn spread(&self, x: f32, mean: f32) -> f32 {
+        let d = x - mean;
+        d * d
+    }
+
+    #[inline(always)]
+    fn stats(&self, mean: f32, squares: f32) -> Stats {
+        Stats { mean, rstd: rsqrt(squares * self.inv_cols + self.eps) }
+    }
+
+    /// Gamma and beta (1 and 0 where absent).
+    #[inline(always)]
+    fn prepare<const P: usize>(&self, (gamma, beta): Self::Params<P>) -> ([f32; P], [f32; P]) {
+        (
+            if self.gamma.is_some() { gamma.to_f32() } else { [1.0; P] },
+            if self.beta.is_some() { beta.to_f32() } else { [0.0; P] },
+        )
+    }
+
+    #[inline(always)]
+    fn output<const P: usize>(
+        &self,
+        stats: Stats,
+        x: [f32; P],
+        _kept: bool,
+        (gamma, beta): ([f32; P], [f32; P]),
+    ) -> [f32; P] {
+        unrolled_array(|j| stats.normalize(x[j]) * gamma[j] + beta[j])
+    }
+
+    /// The raw words of gamma and beta of columns `col..col + P` (unread where absent).
+    ///
+    /// # Safety
+    /// The columns must be inside the row, `col` a multiple of `P`.
+    #[inline(always)]
+    unsafe fn fetch_params<const P: usize>(&self, col: u64) -> Self::Params<P> {
+        // SAFETY: forwarded.
+        unsafe {
+            (
+                self.gamma.as_ref().map_or_else(Default::default, |g| g.fetch(col)),
+                self.beta.as_ref().map_or_else(Default::default, |b| b.fetch(col)),
+            )
         }
-        warp_store::<S, _, P, E>(
-            store,
-            &at,
-            first,
-            shape,
-            |_| (),
-            |r, i, ()| {
-                let (gamma, beta) = norm.params::<P>(norm.fetch_params::<P>(at.col::<P>(i)));
-                unrolled_array(|j| stats[r].normalize(x[r][i + j]) * gamma[j] + beta[j])
-            },
-        );
-    });
+    }
+
+    /// The shared path fetches gamma and beta in batches of packs, or a pack at a time. Measured on the
+    /// H100 (49152 rows): the batch hides their latency where few blocks per SM leave little
+    /// else to (f32 LayerNorm at 32768 columns, one block per SM: 97% of copy batched, 89% a
+    /// pack at a time; residual-add forwards at 16384-32768: 97-98% and 87-94%); its registers
+    /// cost the plain 16-bit forward resident blocks (at 2048 columns 9 blocks of 128 per SM
+    /// instead of 16: 90% batched, 98% a pack at a time). One pack ahead instead of a batch was
+    /// worse for both (16-bit forward 91% at 2048-32768, 16-bit residual-add RMSNorm 87% at
+    /// 16384).
+    #[inline(always)]
+    fn batches_params(&self) -> bool {
+        self.batched
+    }
+
+    #[inline(always)]
+    unsafe fn write_row<L: LoadOne>(&self, _load: &L, row: u64, stats: Stats) {
+        // SAFETY: forwarded.
+        unsafe { self.write(row, stats) }
+    }
+
+    /// One read: RMSNorm sums squares; LayerNorm merges each pack's exact moments.
+    #[inline(always)]
+    unsafe fn streamed_stats<R: RowSplit, const P: usize>(&self, split: &R, pass: &impl RowPass<P>) -> Stats {
+        // SAFETY: forwarded.
+        unsafe {
+            if self.rms {
+                let mut squares = Squares(0.0);
+                pass.packs(&mut squares);
+                self.stats(0.0, split.all_reduce::<Sum>(squares.0))
+            } else {
+                let mut moments = Moments { packs: 0.0, mean: 0.0, squares: 0.0 };
+                pass.packs(&mut moments);
+                let count = moments.packs * P as f32;
+                let mean = self.mean(split.all_reduce::<Sum>(count * moments.mean));
+                let d = moments.mean - mean;
+                self.stats(mean, split.all_reduce::<Sum>(moments.squares + count * d * d))
+            }
+        }
+    }
 }
 
-/// The row cached in shared memory, split over blocks as `split` says (a block, or a
-/// cluster of blocks each holding a slice). The output pass fetches gamma and beta in
-/// `batched` groups of packs ([`block_packs_loaded`]), or a pack at a time. Measured on the
-/// H100 (49152 rows): the batch hides their latency where few blocks per SM leave little
-/// else to (f32 LayerNorm at 32768 columns, one block per SM: 97% of copy batched, 89% a
-/// pack at a time; residual-add forwards at 16384-32768: 97-98% and 87-94%); its registers
-/// cost the plain 16-bit forward resident blocks (at 2048 columns 9 blocks of 128 per SM
-/// instead of 16: 90% batched, 98% a pack at a time). One pack ahead instead of a batch was
-/// worse for both (16-bit forward 91% at 2048-32768, 16-bit residual-add RMSNorm 87% at
-/// 16384).
-#[inline(always)]
-unsafe fn shared_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize>(
-    load: &L,
-    store: &S,
-    norm: &Forward<G>,
-    args: &NormArgs,
-    split: &impl RowSplit,
-    batched: bool,
-) {
-    let shape = &args.shape;
-    let slice = split.slice::<P>(shape);
-    let cache = RowCache::<L::Exact, P>::new(dynamic_shared_addr(), slice);
-    // SAFETY (block): the launch sizes shared memory for the cache; each thread touches only
-    // its own packs' slots, so no barrier is needed beyond those in the reductions.
-    split.rows::<P, false>(shape, |at| unsafe {
-        let row = at.row;
-        cache.fill(load, at);
-        wait_async_copies();
-        // This thread's squares about `center`.
-        let squares = |center: f32| {
-            let mut squares = 0.0;
-            block_packs::<P>(slice, |local, _| {
-                let v = cache.read(load, at, local);
-                unroll::<P>(|j| {
-                    let d = v[j] - center;
-                    squares += d * d;
-                })
-            });
-            squares
-        };
-        // RMSNorm skips the pass for the mean: shared reads are ordered accesses the compiler
-        // keeps even where their result goes unused.
-        let mean = if norm.rms {
-            0.0
-        } else {
-            let mut sum = 0.0;
-            block_packs::<P>(slice, |local, _| {
-                let v = cache.read(load, at, local);
-                unroll::<P>(|j| sum += v[j]);
-            });
-            norm.mean(split.all_reduce::<Sum>(sum))
-        };
-        let stats = norm.stats(mean, split.all_reduce::<Sum>(squares(mean)));
-        if thread_idx_x() == 0 && split.leads() {
-            norm.write(row, stats);
-        }
-        let output = |local, col, params| {
-            let (gamma, beta) = norm.params::<P>(params);
-            let v = cache.read(load, at, local);
-            store.store(unrolled_array(|j| stats.normalize(v[j]) * gamma[j] + beta[j]), row, col);
-            cache.prefetch(load, at, local);
-        };
-        let fetch = |col| norm.fetch_params::<P>(col);
-        if batched {
-            block_packs_loaded::<P, _>(slice, fetch, output);
-        } else {
-            block_packs::<P>(slice, |local, col| output(local, col, fetch(col)));
-        }
-    });
+/// A thread's sum of squares over the packs it has read.
+struct Squares(f32);
+
+impl Accumulate for Squares {
+    #[inline(always)]
+    fn add<const P: usize>(&mut self, v: [f32; P]) {
+        unroll::<P>(|j| self.0 += v[j] * v[j]);
+    }
 }
 
 /// A thread's running moments over the packs it has read: count, mean and sum of squared
@@ -257,7 +222,7 @@ struct Moments {
     squares: f32,
 }
 
-impl Moments {
+impl Accumulate for Moments {
     #[inline(always)]
     fn add<const P: usize>(&mut self, v: [f32; P]) {
         let mut sum = 0.0;
@@ -274,71 +239,6 @@ impl Moments {
         self.mean += delta * weight;
         // Chan: + delta^2 * n_a * n_b / n, with n_a = (packs - 1) P, n_b = P.
         self.squares += pack_squares + delta * delta * (P as f32) * (self.packs - 1.0) * weight;
-    }
-}
-
-#[inline(always)]
-unsafe fn uncached_forward<L: Load<P>, S: Store<P>, G: Scalar, const P: usize>(
-    load: &L,
-    store: &S,
-    norm: &Forward<G>,
-    args: &NormArgs,
-) {
-    let shape = &args.shape;
-    let slice = Slice::whole::<P>(shape);
-    // SAFETY (block): every column visited is a pack inside the row.
-    BlockSplit.rows::<P, false>(shape, |BlockRow { row, .. }| unsafe {
-        let fetch = |col| load.fetch(row, col);
-        let stats = if norm.rms {
-            let mut squares = 0.0;
-            block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| {
-                let v = load.convert(fetched, row, col);
-                unroll::<P>(|j| squares += v[j] * v[j])
-            });
-            norm.stats(0.0, block_all_reduce::<Sum>(squares))
-        } else {
-            let mut moments = Moments { packs: 0.0, mean: 0.0, squares: 0.0 };
-            block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| moments.add(load.convert(fetched, row, col)));
-            let count = moments.packs * P as f32;
-            let mean = norm.mean(block_all_reduce::<Sum>(count * moments.mean));
-            let d = moments.mean - mean;
-            norm.stats(mean, block_all_reduce::<Sum>(moments.squares + count * d * d))
-        };
-        if thread_idx_x() == 0 {
-            norm.write(row, stats);
-        }
-        block_packs_loaded::<P, _>(
-            slice,
-            |col| (load.fetch(row, col), norm.fetch_params::<P>(col)),
-            |_, col, (fetched, params)| {
-                let (v, (gamma, beta)) = (load.convert(fetched, row, col), norm.params::<P>(params));
-                store.store(unrolled_array(|j| stats.normalize(v[j]) * gamma[j] + beta[j]), row, col)
-            },
-        );
-    });
-}
-
-/// The forward body for path `PATH`; `batched` as
-/// [`shared_forward`] takes it.
-#[inline(always)]
-unsafe fn forward_path<L: Load<P>, S: Store<P>, G: Scalar, const P: usize, const PATH: RowPath>(
-    load: &L,
-    store: &S,
-    args: &NormArgs,
-    batched: bool,
-) {
-    // SAFETY: forwarded; the host launched this kernel with this path's geometry.
-    unsafe {
-        let norm = Forward::<G>::new(args);
-        match PATH {
-            RowPath::Uncached => uncached_forward::<L, S, G, P>(load, store, &norm, args),
-            RowPath::Shared => shared_forward::<L, S, G, P>(load, store, &norm, args, &BlockSplit, batched),
-            #[cfg(feature = "cluster")]
-            RowPath::Cluster => {
-                ClusterSplit::run(|split| shared_forward::<L, S, G, P>(load, store, &norm, args, split, batched))
-            }
-            _ => on_warp_path!(PATH, E => warp_forward::<L, S, G, P, E>(load, store, &norm, args)),
-        }
     }
 }
 
@@ -399,7 +299,7 @@ pub unsafe fn forward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PAT
     unsafe {
         let load = StreamLoad(view::<T>(args.input, args.shape.cols));
         let output = DirectStore(view::<U>(args.output, args.shape.cols));
-        forward_path::<_, _, G, P, PATH>(&load, &output, args, T::BYTES == 4);
+        forward::run::<_, _, _, P, PATH>(&Forward::<G>::new(args, T::BYTES == 4), &load, &output, &args.shape);
     }
 }
 
@@ -413,7 +313,8 @@ pub unsafe fn add_forward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const
             residual: StreamLoad(view::<T>(args.second, cols)),
             sum: DirectStore(view::<T>(args.sum, cols)),
         };
-        forward_path::<_, _, G, P, PATH>(&load, &DirectStore(view::<U>(args.output, cols)), args, true);
+        let output = DirectStore(view::<U>(args.output, cols));
+        forward::run::<_, _, _, P, PATH>(&Forward::<G>::new(args, true), &load, &output, &args.shape);
     }
 }
 
@@ -531,137 +432,41 @@ impl<T: Scalar, G: Scalar, const N: usize> Load<N> for ScaledGradLoad<T, G> {
 }
 
 /// `dx = rstd * (g - mean(g) - xhat * mean(g * xhat))` from the normalized input `xhat`
-/// and the scaled gradient `g = dy * gamma`; RMSNorm drops the `mean(g)` term.
+/// and the scaled gradient `g = dy * gamma`; RMSNorm drops the `mean(g)` term. The row's
+/// sums are of `g` and `g * xhat`.
 #[derive(Clone, Copy)]
+struct Backward {
+    saved: SavedStats,
+    inv_cols: f32,
+}
+
+/// [`Backward`] for one row.
+#[derive(Clone, Copy, Default)]
 struct Gradient {
     rstd: f32,
     mean_g: f32,
     mean_gx: f32,
 }
 
-impl Gradient {
-    #[inline(always)]
-    fn new(args: &NormArgs, rstd: f32, sum_g: f32, sum_gx: f32) -> Self {
-        let mean_g = if args.rms != 0 { 0.0 } else { sum_g * args.inv_cols };
-        Gradient { rstd, mean_g, mean_gx: sum_gx * args.inv_cols }
-    }
+impl RowGradient<2> for Backward {
+    type Row = Gradient;
 
     #[inline(always)]
-    fn apply(self, xhat: f32, g: f32) -> f32 {
-        self.rstd * (g - self.mean_g - xhat * self.mean_gx)
+    fn term(&self, k: usize, xhat: f32, g: f32) -> f32 {
+        if k == 0 { g } else { g * xhat }
     }
-}
 
-/// The backward with the rows cached in shared memory, split over blocks as `split` says.
-#[inline(always)]
-unsafe fn shared_backward<LX: Load<P>, LG: Load<P>, S: Store<P>, R: RowSplit, const P: usize>(
-    load_xhat: &LX,
-    load_g: &LG,
-    store: &S,
-    args: &NormArgs,
-    split: &R,
-) {
-    let shape = &args.shape;
-    let slice = split.slice::<P>(shape);
-    // x's cache, then dy's (normalized and scaled as they are read).
-    let cache_xhat = RowCache::<LX::Exact, P>::new(dynamic_shared_addr(), slice);
-    let cache_g = RowCache::<LG::Exact, P>::new(cache_xhat.end(), slice);
-    // SAFETY (block): as shared_forward; the statistics hold `rows` f32s.
-    unsafe {
-        let saved = SavedStats::new(args.mean, args.rstd, args.rms);
-        split.rows::<P, false>(shape, |at| {
-            let row = at.row;
-            cache_xhat.fill(load_xhat, at);
-            cache_g.fill(load_g, at);
-            wait_async_copies();
-            let (mut sum_g, mut sum_gx) = (0.0, 0.0);
-            block_packs::<P>(slice, |local, _| {
-                let (xhat, g) = (cache_xhat.read(load_xhat, at, local), cache_g.read(load_g, at, local));
-                unroll::<P>(|j| {
-                    sum_g += g[j];
-                    sum_gx += g[j] * xhat[j];
-                })
-            });
-            let [sum_g, sum_gx] = if R::MERGES_REDUCTIONS {
-                split.all_reduce::<SumPair>([sum_g, sum_gx])
-            } else {
-                [split.all_reduce::<Sum>(sum_g), split.all_reduce::<Sum>(sum_gx)]
-            };
-            let grad = Gradient::new(args, saved.get(row).rstd, sum_g, sum_gx);
-            block_packs::<P>(slice, |local, col| {
-                let (xhat, g) = (cache_xhat.read(load_xhat, at, local), cache_g.read(load_g, at, local));
-                store.store(unrolled_array(|j| grad.apply(xhat[j], g[j])), row, col);
-                cache_xhat.prefetch(load_xhat, at, local);
-                cache_g.prefetch(load_g, at, local);
-            });
-        });
+    #[inline(always)]
+    unsafe fn row(&self, row: Option<u64>, &[sum_g, sum_gx]: &[f32; 2]) -> Gradient {
+        // SAFETY: forwarded to the caller.
+        let rstd = row.map_or(0.0, |row| unsafe { self.saved.get(row) }.rstd);
+        let mean_g = if self.saved.rms { 0.0 } else { sum_g * self.inv_cols };
+        Gradient { rstd, mean_g, mean_gx: sum_gx * self.inv_cols }
     }
-}
 
-#[inline(always)]
-unsafe fn backward_path<LX: Load<P>, LG: Load<P>, S: Store<P>, const P: usize, const PATH: RowPath>(
-    load_xhat: &LX,
-    load_g: &LG,
-    store: &S,
-    args: &NormArgs,
-) {
-    let shape = &args.shape;
-    // SAFETY (whole body): as the forward paths.
-    unsafe {
-        let saved = SavedStats::new(args.mean, args.rstd, args.rms);
-        match PATH {
-            RowPath::Uncached => {
-                let slice = Slice::whole::<P>(shape);
-                BlockSplit.rows::<P, false>(shape, |BlockRow { row, .. }| {
-                    let fetch = |col| (load_xhat.fetch(row, col), load_g.fetch(row, col));
-                    let convert = |(xhat, g), col| (load_xhat.convert(xhat, row, col), load_g.convert(g, row, col));
-                    let (mut sum_g, mut sum_gx) = (0.0, 0.0);
-                    block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| {
-                        let (xhat, g) = convert(fetched, col);
-                        unroll::<P>(|j| {
-                            sum_g += g[j];
-                            sum_gx += g[j] * xhat[j];
-                        })
-                    });
-                    let (sum_g, sum_gx) = (block_all_reduce::<Sum>(sum_g), block_all_reduce::<Sum>(sum_gx));
-                    let grad = Gradient::new(args, saved.get(row).rstd, sum_g, sum_gx);
-                    block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| {
-                        let (xhat, g) = convert(fetched, col);
-                        store.store(unrolled_array(|j| grad.apply(xhat[j], g[j])), row, col)
-                    });
-                })
-            }
-            RowPath::Shared => shared_backward::<LX, LG, S, _, P>(load_xhat, load_g, store, args, &BlockSplit),
-            #[cfg(feature = "cluster")]
-            RowPath::Cluster => {
-                ClusterSplit::run(|split| shared_backward::<LX, LG, S, _, P>(load_xhat, load_g, store, args, split))
-            }
-            _ => on_warp_path!(PATH, E => {
-                let at = WarpRows::new::<E>(shape);
-                at.for_each_access(shape.rows, |first| {
-                    // Padding columns load as g = 0, so they add nothing to either sum.
-                    let xhat = warp_load::<LX, P, E>(load_xhat, &at, first, shape, 0.0);
-                    let g = warp_load::<LG, P, E>(load_g, &at, first, shape, 0.0);
-                    let sum_g = warp_row_reduce::<Sum, E>(|r, i| g[r][i], at.width);
-                    let sum_gx = warp_row_reduce::<Sum, E>(|r, i| g[r][i] * xhat[r][i], at.width);
-                    let rstd = |r: usize| {
-                        if at.holds::<E>(r, first, shape.rows) { saved.get(first + r as u64).rstd } else { 0.0 }
-                    };
-                    let grad = [
-                        Gradient::new(args, rstd(0), sum_g[0], sum_gx[0]),
-                        Gradient::new(args, rstd(1), sum_g[1], sum_gx[1]),
-                    ];
-                    warp_store::<S, _, P, E>(
-                        store,
-                        &at,
-                        first,
-                        shape,
-                        |_| (),
-                        |r, i, ()| unrolled_array(|j| grad[r].apply(xhat[r][i + j], g[r][i + j])),
-                    );
-                });
-            }),
-        }
+    #[inline(always)]
+    fn apply(grad: Gradient, xhat: f32, g: f32) -> f32 {
+        grad.rstd * (g - grad.mean_g - xhat * grad.mean_gx)
     }
 }
 
@@ -674,124 +479,85 @@ pub unsafe fn backward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PA
         let load_xhat = NormalizedLoad { x: DirectLoad(view::<T>(args.input, cols)), stats };
         let load_g = ScaledGradLoad::<T, G> { dy: DirectLoad(view::<T>(args.second, cols)), gamma: column(args.gamma) };
         let store = DirectStore(view::<U>(args.output, cols));
-        backward_path::<_, _, _, P, PATH>(&load_xhat, &load_g, &store, args);
+        let op = Backward { saved: stats, inv_cols: args.inv_cols };
+        backward::run::<_, _, _, _, 2, P, PATH, 0>(&op, &load_xhat, &load_g, &store, &args.shape);
     }
 }
 
-/// Stage 1 of dgamma/dbeta: block `b` sums rows `chunk * rows_per_chunk ..` (chunk
-/// `b / tiles`) of the column tile `b % tiles` (32 lanes x `P` columns). Each warp takes
-/// every eighth row of the chunk; the warps' sums then add up in a fixed order through
-/// shared memory, so the result does not depend on scheduling.
+/// dgamma's and dbeta's terms of a row: `dy * xhat` and `dy`, column sums of the row
+/// engine's inputs ([`super::columns`]).
+struct ParamTerms<T> {
+    x: DirectLoad<T>,
+    dy: DirectLoad<T>,
+    saved: SavedStats,
+}
+
+impl<T: Scalar, const P: usize> ColumnTerms<P> for ParamTerms<T> {
+    type Loaded = ([f32; P], [f32; P]);
+
+    #[inline(always)]
+    unsafe fn load(&self, row: u64, col: u64) -> Self::Loaded {
+        // SAFETY: forwarded.
+        unsafe { (self.x.load(row, col), self.dy.load(row, col)) }
+    }
+
+    #[inline(always)]
+    unsafe fn add(&self, row: u64, (xs, dys): Self::Loaded, dgamma: &mut [f32; P], dbeta: &mut [f32; P]) {
+        // SAFETY: forwarded.
+        let stats = unsafe { self.saved.get(row) };
+        unroll::<P>(|j| {
+            dgamma[j] += dys[j] * stats.normalize(xs[j]);
+            dbeta[j] += dys[j];
+        });
+    }
+
+    #[inline(always)]
+    fn second(&self) -> bool {
+        !self.saved.rms
+    }
+}
+
+/// The column-sum view of the parameter gradients' arguments.
+#[inline(always)]
+fn columns(args: &NormParamGradArgs) -> Columns {
+    Columns {
+        rows: args.rows,
+        cols: args.cols,
+        rows_per_chunk: args.rows_per_chunk,
+        chunks: args.chunks,
+        partial: args.partial,
+    }
+}
+
+/// Stage 1 of dgamma/dbeta ([`columns::chunk_sums`]).
 ///
 /// # Safety
 /// `args` must describe live arrays (x, dy: `rows x cols` of `T` aligned to `P` with `cols`
-/// a multiple of `P`; mean, rstd: `rows` f32; partial: `2 x chunks x cols` f32), a grid of
-/// `tiles x chunks` blocks of `COLUMN_SUM_WARPS` warps, and `P x 2 x 32 x warps` f32
-/// of dynamic shared memory.
+/// a multiple of `P`; mean, rstd: `rows` f32; partial: `2 x chunks x cols` f32) and a launch
+/// as [`columns::chunk_sums`] requires.
 #[inline(always)]
 pub unsafe fn param_grad<T: Scalar, const P: usize>(args: &NormParamGradArgs) {
-    let tile_cols = column_sum_tile_cols(P) as u64;
-    // At least one tile (cols > 0): a divisor with no zero check.
-    let tiles = NonZeroU64::new(args.cols.div_ceil(tile_cols)).unwrap_or(NonZeroU64::MIN);
-    let (chunk, tile) = (block_idx_x() as u64 / tiles, block_idx_x() as u64 % tiles);
-    let (warp, lane) = (thread_idx_x() / WARP_SIZE, thread_idx_x() % WARP_SIZE);
-    let col = tile * tile_cols + lane as u64 * P as u64;
-    let first = chunk * args.rows_per_chunk;
-    let end = (first + args.rows_per_chunk).min(args.rows);
-    let rms = args.rms != 0;
-    let (mut dgamma, mut dbeta) = ([0.0f32; P], [0.0f32; P]);
-    // SAFETY (block): every access is a pack of a row < rows at a column < cols.
+    // SAFETY: forwarded.
     unsafe {
-        let x = DirectLoad(view::<T>(args.input, args.cols));
-        let dy = DirectLoad(view::<T>(args.grad, args.cols));
-        let saved = SavedStats::new(args.mean, args.rstd, args.rms);
-        let mut add = |row: u64, (xs, dys): ([f32; P], [f32; P])| {
-            let stats = saved.get(row);
-            unroll::<P>(|j| {
-                dgamma[j] += dys[j] * stats.normalize(xs[j]);
-                dbeta[j] += dys[j];
-            });
+        let terms = ParamTerms {
+            x: DirectLoad(view::<T>(args.input, args.cols)),
+            dy: DirectLoad(view::<T>(args.grad, args.cols)),
+            saved: SavedStats::new(args.mean, args.rstd, args.rms),
         };
-        if col < args.cols {
-            // Four rows' loads in flight per lane, then the rest one by one.
-            let step = COLUMN_SUM_WARPS as u64;
-            let load = |row: u64| (x.load(row, col), dy.load(row, col));
-            let mut row = first + warp as u64;
-            while row + 3 * step < end {
-                let mut loaded = [load(row); 4];
-                unroll::<4>(|u| {
-                    if u > 0 {
-                        loaded[u] = load(row + u as u64 * step);
-                    }
-                });
-                unroll::<4>(|u| add(row + u as u64 * step, loaded[u]));
-                row += 4 * step;
-            }
-            while row < end {
-                add(row, load(row));
-                row += step;
-            }
-        }
-        // Warp w's sums at scratch[(w * 2 + which) * 32 * P + j * 32 + lane].
-        let scratch = dynamic_shared::<f32>();
-        let at =
-            |w: u32, which: usize, j: usize| ((w as usize * 2 + which) * P + j) * WARP_SIZE as usize + lane as usize;
-        unroll::<P>(|j| {
-            scratch.add(at(warp, 0, j)).write(dgamma[j]);
-            scratch.add(at(warp, 1, j)).write(dbeta[j]);
-        });
-        sync_threads();
-        if warp == 0 && col < args.cols {
-            let partial = args.partial as *mut f32;
-            let chunk_at = (chunk * args.cols + col) as usize;
-            let beta_at = (args.chunks * args.cols) as usize;
-            unroll::<P>(|j| {
-                let (mut g, mut b) = (0.0, 0.0);
-                for w in 0..COLUMN_SUM_WARPS {
-                    g += scratch.add(at(w, 0, j)).read();
-                    b += scratch.add(at(w, 1, j)).read();
-                }
-                partial.add(chunk_at + j).write(g);
-                if !rms {
-                    partial.add(beta_at + chunk_at + j).write(b);
-                }
-            });
-        }
+        columns::chunk_sums::<_, P>(&terms, &columns(args));
     }
 }
 
-/// Stage 2: `dgamma[c]` (and `dbeta[c]`) as the sum of the chunks' partial sums, in chunk
-/// order; a thread per column, grid-strided.
+/// Stage 2: dgamma (and dbeta) from the chunk sums ([`columns::chunk_totals`]).
 ///
 /// # Safety
-/// As [`param_grad`]; dgamma and dbeta, where not 0, hold `cols` elements of `G`.
+/// As [`param_grad`], after it; dgamma and dbeta, where not 0, hold `cols` elements of `G`.
 #[inline(always)]
 pub unsafe fn param_grad_sum<G: Scalar>(args: &NormParamGradArgs) {
-    let partial = args.partial as *const f32;
-    let stride = (grid_dim_x() * block_dim_x()) as u64;
-    let mut col = (block_idx_x() * block_dim_x() + thread_idx_x()) as u64;
-    // SAFETY: reads `chunks x cols` partial sums per parameter and writes column `col`.
+    // SAFETY: forwarded.
     unsafe {
         let dgamma = (args.dgamma != 0).then(|| DirectStore(view::<G>(args.dgamma, args.cols)));
         let dbeta = (args.dbeta != 0).then(|| DirectStore(view::<G>(args.dbeta, args.cols)));
-        let beta_at = args.chunks * args.cols;
-        while col < args.cols {
-            let (mut g, mut b) = (0.0, 0.0);
-            let mut chunk = 0;
-            while chunk < args.chunks {
-                g += partial.add((chunk * args.cols + col) as usize).read();
-                if dbeta.is_some() {
-                    b += partial.add((beta_at + chunk * args.cols + col) as usize).read();
-                }
-                chunk += 1;
-            }
-            if let Some(dgamma) = &dgamma {
-                dgamma.store([g], 0, col);
-            }
-            if let Some(dbeta) = &dbeta {
-                dbeta.store([b], 0, col);
-            }
-            col += stride;
-        }
+        columns::chunk_totals(&columns(args), dgamma, dbeta);
     }
 }

@@ -1,6 +1,7 @@
-//! The machinery every row-wise op (softmax, the norms) shares: where a thread's rows and
-//! columns are on each of OneFlow's three paths, loading a row into registers, and
-//! reductions over a row.
+//! The row engine: the path bodies every row-wise op (softmax, the norms) runs on,
+//! written once over the op's hooks ([`forward`], [`backward`]), and the machinery under
+//! them: where a thread's rows and columns are on each of OneFlow's three paths, loading a
+//! row into registers or a cache, and reductions over a row.
 //! - warp: a group of `width` lanes (1 to 32) owns one row (two in the 8-element tier), the
 //!   row held in registers, `E` elements per lane;
 //! - shared: a block owns a row, cached in dynamic shared memory (filled by `cp.async`
@@ -28,7 +29,6 @@ use crate::reduce::{MAX_WORDS, Words};
 use crate::reduce::{Reduce, block_all_reduce, group_all_reduce};
 use crate::scalar::Scalar;
 use crate::unroll::unroll;
-#[cfg(feature = "softmax")]
 use core::cell::Cell;
 use core::marker::PhantomData;
 use core::mem::MaybeUninit;
@@ -59,6 +59,9 @@ macro_rules! on_warp_path {
         }
     };
 }
+
+pub(crate) mod backward;
+pub(crate) mod forward;
 
 /// Where a lane's rows are on the warp path. A warp steps through rows as a whole
 /// (`warp_first`, `+ step`, ...), its groups at `group_offset` rows from the warp's first, so
@@ -104,7 +107,6 @@ impl WarpRows {
     }
 
     /// Whether element `i` of this lane lies inside a row of `cols` (a multiple of `P`).
-    #[cfg(feature = "norm")]
     #[inline(always)]
     pub(crate) fn in_row<const P: usize>(&self, i: usize, cols: u64) -> bool {
         self.col::<P>(i) < cols
@@ -399,7 +401,6 @@ pub(crate) trait RowSplit {
     /// The column of the one element outside `PHASED` row `at`'s aligned packs of `P` that
     /// this thread takes, if any ([`RowShape::edges`]: at most 14, so one thread each of
     /// the first block).
-    #[cfg(feature = "softmax")]
     #[inline(always)]
     fn edge<const P: usize, const PHASED: bool>(&self, shape: &RowShape, at: BlockRow) -> Option<u64> {
         let edge = thread_idx_x() as u64;
@@ -829,7 +830,6 @@ impl<C: Scalar, const P: usize> RowCache<C, P> {
 type PackWords = [[u32; 4]; 2];
 
 /// Where [`HeldRowCache`] keeps one of this thread's packs.
-#[cfg(feature = "softmax")]
 #[derive(Clone, Copy)]
 pub(crate) enum CachedPack {
     /// In registers: the thread's `k`-th pack of the slice.
@@ -844,7 +844,6 @@ pub(crate) enum CachedPack {
 /// fewer blocks, keeping more SMs busy (clusters of 16 leave 20 of the H100's 132 idle,
 /// clusters of 8 leave 12). Held packs are loaded into their registers, whose loads stay in
 /// flight until the values are used, and prefetched for the next row the same way.
-#[cfg(feature = "softmax")]
 pub(crate) struct HeldRowCache<C, const P: usize, const HELD: usize> {
     slice: Slice,
     held: Cell<[PackWords; HELD]>,
@@ -852,7 +851,6 @@ pub(crate) struct HeldRowCache<C, const P: usize, const HELD: usize> {
     shared: RowCache<C, P>,
 }
 
-#[cfg(feature = "softmax")]
 impl<C: Scalar, const P: usize, const HELD: usize> HeldRowCache<C, P, HELD> {
     /// The cache of `slice` of a row, its shared part at `base`.
     #[inline(always)]

@@ -1,0 +1,153 @@
+//! Deterministic column sums of a `(rows, cols)` view in two stages, for any op whose
+//! per-column outputs are two sums over the rows (the norms' dgamma and dbeta; a
+//! channels-last BatchNorm's statistics and gradients are the same shape). The op's
+//! [`ColumnTerms`] say what a row adds to each sum; the stages are written once here.
+//!
+//! Stage 1 ([`chunk_sums`]): block `b` sums rows `chunk * rows_per_chunk ..` (chunk
+//! `b / tiles`) of column tile `b % tiles` (32 lanes x `P` columns). Each warp takes every
+//! [`COLUMN_SUM_WARPS`]-th row of the chunk; the warps' sums then add up in a fixed order
+//! through shared memory, so the result does not depend on scheduling. Stage 2
+//! ([`chunk_totals`]): each column's chunk sums added in chunk order, a thread per column.
+
+use crate::abi::{COLUMN_SUM_WARPS, column_sum_tile_cols};
+use crate::arch::{WARP_SIZE, block_dim_x, block_idx_x, dynamic_shared, grid_dim_x, sync_threads, thread_idx_x};
+use crate::pack::{DirectStore, Store};
+use crate::scalar::Scalar;
+use crate::unroll::unroll;
+use core::num::NonZeroU64;
+
+/// What one row adds to a column pack's two sums.
+pub(crate) trait ColumnTerms<const P: usize> {
+    /// What a row's pack of columns is read as (loads kept in flight together).
+    type Loaded: Copy;
+
+    /// # Safety
+    /// `(row, col..col + P)` must be inside the view, `col` aligned to `P`.
+    unsafe fn load(&self, row: u64, col: u64) -> Self::Loaded;
+
+    /// Adds row `row`'s terms to `first` and `second`.
+    ///
+    /// # Safety
+    /// `row` must be a row of the view.
+    unsafe fn add(&self, row: u64, loaded: Self::Loaded, first: &mut [f32; P], second: &mut [f32; P]);
+
+    /// Whether the second sum is wanted (RMSNorm has no dbeta).
+    fn second(&self) -> bool;
+}
+
+/// The view and workspace of a two-stage column sum.
+#[derive(Clone, Copy)]
+pub(crate) struct Columns {
+    pub(crate) rows: u64,
+    pub(crate) cols: u64,
+    pub(crate) rows_per_chunk: u64,
+    pub(crate) chunks: u64,
+    /// f32 `[2, chunks, cols]`: the first sum's chunk sums, then the second's.
+    pub(crate) partial: u64,
+}
+
+/// Stage 1: this block's chunk of rows summed over its column tile, into `partial`.
+///
+/// # Safety
+/// `terms` must read a live `rows x cols` view aligned to `P` with `cols` a multiple of `P`;
+/// `partial` must hold `2 x chunks x cols` f32; the grid must be `tiles x chunks` blocks of
+/// [`COLUMN_SUM_WARPS`] warps with `column_sum_shared_bytes(P)` of dynamic shared memory.
+#[inline(always)]
+pub(crate) unsafe fn chunk_sums<C: ColumnTerms<P>, const P: usize>(terms: &C, at: &Columns) {
+    let tile_cols = column_sum_tile_cols(P) as u64;
+    // At least one tile (cols > 0): a divisor with no zero check.
+    let tiles = NonZeroU64::new(at.cols.div_ceil(tile_cols)).unwrap_or(NonZeroU64::MIN);
+    let (chunk, tile) = (block_idx_x() as u64 / tiles, block_idx_x() as u64 % tiles);
+    let (warp, lane) = (thread_idx_x() / WARP_SIZE, thread_idx_x() % WARP_SIZE);
+    let col = tile * tile_cols + lane as u64 * P as u64;
+    let first = chunk * at.rows_per_chunk;
+    let end = (first + at.rows_per_chunk).min(at.rows);
+    let (mut sum_a, mut sum_b) = ([0.0f32; P], [0.0f32; P]);
+    // SAFETY (block): every access is a pack of a row < rows at a column < cols.
+    unsafe {
+        let mut add = |row: u64, loaded| terms.add(row, loaded, &mut sum_a, &mut sum_b);
+        if col < at.cols {
+            // Four rows' loads in flight per lane, then the rest one by one.
+            let step = COLUMN_SUM_WARPS as u64;
+            let load = |row: u64| terms.load(row, col);
+            let mut row = first + warp as u64;
+            while row + 3 * step < end {
+                let mut loaded = [load(row); 4];
+                unroll::<4>(|u| {
+                    if u > 0 {
+                        loaded[u] = load(row + u as u64 * step);
+                    }
+                });
+                unroll::<4>(|u| add(row + u as u64 * step, loaded[u]));
+                row += 4 * step;
+            }
+            while row < end {
+                add(row, load(row));
+                row += step;
+            }
+        }
+        // Warp w's sums at scratch[(w * 2 + which) * 32 * P + j * 32 + lane].
+        let scratch = dynamic_shared::<f32>();
+        let slot =
+            |w: u32, which: usize, j: usize| ((w as usize * 2 + which) * P + j) * WARP_SIZE as usize + lane as usize;
+        unroll::<P>(|j| {
+            scratch.add(slot(warp, 0, j)).write(sum_a[j]);
+            scratch.add(slot(warp, 1, j)).write(sum_b[j]);
+        });
+        sync_threads();
+        if warp == 0 && col < at.cols {
+            let partial = at.partial as *mut f32;
+            let chunk_at = (chunk * at.cols + col) as usize;
+            let second_at = (at.chunks * at.cols) as usize;
+            unroll::<P>(|j| {
+                let (mut a, mut b) = (0.0, 0.0);
+                for w in 0..COLUMN_SUM_WARPS {
+                    a += scratch.add(slot(w, 0, j)).read();
+                    b += scratch.add(slot(w, 1, j)).read();
+                }
+                partial.add(chunk_at + j).write(a);
+                if terms.second() {
+                    partial.add(second_at + chunk_at + j).write(b);
+                }
+            });
+        }
+    }
+}
+
+/// Stage 2: each column's sums as the sum of its chunk sums, in chunk order, stored
+/// through `first` and `second` (where wanted); a thread per column, grid-strided.
+///
+/// # Safety
+/// As [`chunk_sums`], after it; `first` and `second` must hold `cols` elements.
+#[inline(always)]
+pub(crate) unsafe fn chunk_totals<G: Scalar>(
+    at: &Columns,
+    first: Option<DirectStore<G>>,
+    second: Option<DirectStore<G>>,
+) {
+    let partial = at.partial as *const f32;
+    let stride = (grid_dim_x() * block_dim_x()) as u64;
+    let mut col = (block_idx_x() * block_dim_x() + thread_idx_x()) as u64;
+    let second_at = at.chunks * at.cols;
+    // SAFETY: reads `chunks x cols` partial sums per sum and writes column `col`.
+    unsafe {
+        while col < at.cols {
+            let (mut a, mut b) = (0.0, 0.0);
+            let mut chunk = 0;
+            while chunk < at.chunks {
+                a += partial.add((chunk * at.cols + col) as usize).read();
+                if second.is_some() {
+                    b += partial.add((second_at + chunk * at.cols + col) as usize).read();
+                }
+                chunk += 1;
+            }
+            if let Some(first) = &first {
+                first.store([a], 0, col);
+            }
+            if let Some(second) = &second {
+                second.store([b], 0, col);
+            }
+            col += stride;
+        }
+    }
+}
