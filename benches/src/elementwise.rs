@@ -1,7 +1,7 @@
 //! Elementwise ops over lengths 2^16 to 2^28.
 
 use crate::measure::Bench;
-use rill::{Element, Tensor};
+use rill::Element;
 use rill_tests::random::{Domain, Rng};
 use rill_tests::reference::ELEMENTWISE_OPS;
 use rill_tests::shapes::ELEMENTWISE_BENCH_LENGTHS;
@@ -23,36 +23,22 @@ pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
         // Inputs kept away from zero so divisions stay finite.
         let mut rng = Rng::new(len as u64);
         let host: Vec<T> = (0..len).map(|_| T::from_f64(Domain::AwayFromZero(0.5, 2.0).sample(&mut rng))).collect();
-        let inputs: Vec<[Tensor<T>; 3]> = (0..sets)
-            .map(|_| -> rill::Result<[Tensor<T>; 3]> {
-                let t = || Tensor::from_slice(&bench.gpu, &host, &[len]);
-                Ok([t()?, t()?, t()?])
-            })
-            .collect::<rill::Result<_>>()?;
-        let mut outputs: Vec<Tensor<T>> =
-            (0..sets).map(|_| Tensor::zeros(&bench.gpu, &[len])).collect::<rill::Result<_>>()?;
-
-        let copy_bytes = 2 * len * size;
-        let copy_us =
-            bench.median_micros(sets, copy_bytes, |stream, s| rill::copy(stream, &inputs[s][0], &mut outputs[s]))?;
-        let copy = bench.record("copy", dtype, &[len], "-", copy_bytes, copy_us, None);
+        let upload = || bench.upload(sets, &host, &[len]);
+        let (a, b, c) = (upload()?, upload()?, upload()?);
+        let mut ys = bench.zeros(sets, &[len])?;
+        let copy = bench.copy(&a, &mut ys)?;
 
         for op in &ops {
             let cols = BIAS_COLS.min(len);
             let bytes = if op.broadcasts_last { 2 * len * size + cols * size } else { (op.arity + 1) * len * size };
-            let micros = bench.median_micros(sets, bytes, |stream, s| {
-                let [a, b, c] = &inputs[s];
-                let y = &mut outputs[s];
+            let (micros, ()) = bench.time(sets, bytes, |stream, s| {
+                let (a, b, c, y) = (&a[s], &b[s], &c[s], &mut ys[s]);
                 if op.broadcasts_last {
                     let x = [a.view().reshape(&[len / cols, cols])?, b.view().slice(0..cols)?];
                     rill_tests::ops::elementwise(stream, op.name, &x, &mut y.view_mut().reshape(&[len / cols, cols])?)
                 } else {
-                    rill_tests::ops::elementwise(
-                        stream,
-                        op.name,
-                        &[a.view(), b.view(), c.view()][..op.arity],
-                        &mut y.view_mut(),
-                    )
+                    let x = [a.view(), b.view(), c.view()];
+                    rill_tests::ops::elementwise(stream, op.name, &x[..op.arity], &mut y.view_mut())
                 }
             })?;
             bench.record(op.name, dtype, &[len], "-", bytes, micros, Some(copy));

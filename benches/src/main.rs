@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! rill-bench [--quick] [--filter TEXT] [--dtype f32|f16|bf16] [--cols W,W,..] [--json PATH] [--plot-dir DIR] [--perf PATH] [--profile]
+//! rill-bench --from-json PATH [--device TEXT] [--plot-dir DIR] [--perf PATH]
 //! ```
 //! - elementwise ops over lengths 2^16..2^28, the softmax family over the seed articles'
 //!   sweep (49152 rows of 32..32768 columns, 768, 1000; 4096 rows of 50257..262144),
@@ -15,12 +16,13 @@
 //!   stderr, the records as JSON (`--json`, default target/bench/bench.json), one SVG plot
 //!   per op (`--plot-dir`), and the tables spliced into a Markdown file between
 //!   `<!-- bench:begin -->` and `<!-- bench:end -->` (`--perf`, e.g. docs/PERF.md);
-//! - `--profile`: the profile table instead of the sweep.
+//! - `--profile`: the profile table instead of the sweep; `--from-json`: the report of a
+//!   recorded run, `--device` naming its GPU, without measuring (no GPU needed).
 //!
 //! Effective bandwidth counts each input read once and each output written once. Each
 //! figure is the median of 15 batches timed with CUDA events, after warm-up, cycling
 //! through buffer sets four times the L2 size. Without a GPU it prints "no CUDA device"
-//! and exits 0.
+//! and exits 0; bad arguments exit 2.
 
 mod elementwise;
 mod measure;
@@ -30,98 +32,83 @@ mod profile;
 mod report;
 mod softmax;
 
+use clap::Parser;
 use half::{bf16, f16};
 use measure::Bench;
 use rill::Gpu;
-use std::path::PathBuf;
+use std::error::Error;
+use std::path::{Path, PathBuf};
 
-#[derive(Default)]
+/// rill's bandwidth benchmarks: every op against the device-to-device copy measured in the
+/// same run.
+#[derive(Parser)]
+#[command(name = "rill-bench", args_override_self = true)]
 struct Options {
+    /// A one-minute subset of the sweep.
+    #[arg(long)]
     quick: bool,
+    /// The profile of a transformer block's ops instead of the sweep.
+    #[arg(long)]
     profile: bool,
+    /// Only ops or families whose name contains TEXT.
+    #[arg(long, value_name = "TEXT")]
     filter: Option<String>,
-    /// Only this dtype (f32, f16 or bf16).
+    /// Only this dtype.
+    #[arg(long, value_parser = ["f32", "f16", "bf16"])]
     dtype: Option<String>,
     /// Only shapes of these row widths.
+    #[arg(long, value_name = "W,W,..", value_delimiter = ',', value_parser = width, action = clap::ArgAction::Set)]
     cols: Option<Vec<usize>>,
-    json: Option<PathBuf>,
+    /// Where the records are written.
+    #[arg(long, value_name = "PATH", default_value = "target/bench/bench.json")]
+    json: PathBuf,
+    /// Where one SVG plot per op is written.
+    #[arg(long, value_name = "DIR")]
     plot_dir: Option<PathBuf>,
+    /// A Markdown file whose section between the bench markers gets the tables.
+    #[arg(long, value_name = "PATH")]
     perf: Option<PathBuf>,
     /// Regenerate the report from a recorded run instead of measuring (no GPU needed).
+    #[arg(long, value_name = "PATH")]
     from_json: Option<PathBuf>,
     /// The device line for a regenerated report.
-    device: Option<String>,
+    #[arg(long, value_name = "TEXT", default_value = "an unnamed GPU")]
+    device: String,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+/// One width of `--cols`, spaces around it allowed.
+fn width(text: &str) -> Result<usize, String> {
+    text.trim().parse().map_err(|_| "takes widths like 768,1024".to_string())
 }
 
 fn main() {
-    let options = match parse_args(std::env::args().skip(1)) {
-        Ok(options) => options,
-        Err(message) => {
-            eprintln!(
-                "error: {message}\nusage: rill-bench [--quick] [--filter TEXT] [--dtype f32|f16|bf16] [--cols W,W,..] [--json PATH] [--plot-dir DIR] [--perf PATH] [--profile]\n       rill-bench --from-json PATH --device TEXT [--plot-dir DIR] [--perf PATH]"
-            );
-            std::process::exit(2);
-        }
+    let options = Options::parse();
+    let result = match &options.from_json {
+        Some(path) => regenerate(path, &options),
+        None => match Gpu::new(0) {
+            Ok(gpu) => run(gpu, &options),
+            Err(error) => return println!("no CUDA device ({error}): nothing measured"),
+        },
     };
-    if let Some(path) = options.from_json.clone() {
-        let regenerated = std::fs::read_to_string(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))
-            .and_then(|json| report::parse(&json).map_err(|e| format!("{}: {e}", path.display())))
-            .map_err(|e| e.into())
-            .and_then(|records| {
-                let device = options.device.clone().unwrap_or_else(|| "an unnamed GPU".into());
-                report_records(&records, &device, &Options { json: None, ..options })
-            });
-        if let Err(error) = regenerated {
-            eprintln!("error: {error}");
-            std::process::exit(1);
-        }
-        return;
-    }
-    let gpu = match Gpu::new(0) {
-        Ok(gpu) => gpu,
-        Err(error) => {
-            println!("no CUDA device ({error}): nothing measured");
-            return;
-        }
-    };
-    if let Err(error) = run(gpu, options) {
+    if let Err(error) = result {
         eprintln!("error: {error}");
         std::process::exit(1);
     }
 }
 
-fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
-    let mut options = Options::default();
-    while let Some(arg) = args.next() {
-        let mut value = |flag: &str| args.next().ok_or(format!("{flag} needs a value"));
-        match arg.as_str() {
-            "--quick" => options.quick = true,
-            "--profile" => options.profile = true,
-            "--filter" => options.filter = Some(value("--filter")?),
-            "--cols" => {
-                let list = value("--cols")?;
-                let cols = list.split(',').map(|c| c.trim().parse::<usize>()).collect::<Result<Vec<_>, _>>();
-                options.cols = Some(cols.map_err(|_| format!("--cols takes widths like 768,1024, not `{list}`"))?);
-            }
-            "--dtype" => match value("--dtype")?.as_str() {
-                dtype @ ("f32" | "f16" | "bf16") => options.dtype = Some(dtype.to_string()),
-                other => return Err(format!("--dtype takes f32, f16 or bf16, not `{other}`")),
-            },
-            "--json" => options.json = Some(value("--json")?.into()),
-            "--plot-dir" => options.plot_dir = Some(value("--plot-dir")?.into()),
-            "--perf" => options.perf = Some(value("--perf")?.into()),
-            "--from-json" => options.from_json = Some(value("--from-json")?.into()),
-            "--device" => options.device = Some(value("--device")?),
-            // Passed by `cargo bench`.
-            "--bench" => {}
-            other => return Err(format!("unknown argument `{other}`")),
-        }
-    }
-    Ok(options)
+/// The report of the run recorded in `path`.
+fn regenerate(path: &Path, options: &Options) -> Result<(), Box<dyn Error>> {
+    let records = std::fs::read_to_string(path)
+        .map_err(Box::<dyn Error>::from)
+        .and_then(|json| Ok(report::parse(&json)?))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    report_records(&records, &options.device, options)
 }
 
-fn run(gpu: Gpu, options: Options) -> Result<(), Box<dyn std::error::Error>> {
+fn run(gpu: Gpu, options: &Options) -> Result<(), Box<dyn Error>> {
     let info = gpu.info().clone();
     let (major, minor) = info.driver_api;
     let device = format!(
@@ -136,13 +123,12 @@ fn run(gpu: Gpu, options: Options) -> Result<(), Box<dyn std::error::Error>> {
         profile::run(&mut bench)?;
         return Ok(());
     }
-    sweep_dtype::<f32>(&mut bench, &options)?;
-    sweep_dtype::<f16>(&mut bench, &options)?;
-    sweep_dtype::<bf16>(&mut bench, &options)?;
+    sweep_dtype::<f32>(&mut bench, options)?;
+    sweep_dtype::<f16>(&mut bench, options)?;
+    sweep_dtype::<bf16>(&mut bench, options)?;
     eprintln!();
-    let json = options.json.clone().unwrap_or_else(|| PathBuf::from("target/bench/bench.json"));
-    write(&json, &report::to_json(&bench.records)?)?;
-    report_records(&bench.records, &device, &options)
+    write(&options.json, &report::to_json(&bench.records)?)?;
+    report_records(&bench.records, &device, options)
 }
 
 /// Every family's sweep in dtype `T`, unless `--dtype` names another.
@@ -157,11 +143,7 @@ fn sweep_dtype<T: rill::Element>(bench: &mut Bench, options: &Options) -> rill::
 }
 
 /// The plots, the PERF.md section and the table of `records`.
-fn report_records(
-    records: &[report::Record],
-    device: &str,
-    options: &Options,
-) -> Result<(), Box<dyn std::error::Error>> {
+fn report_records(records: &[report::Record], device: &str, options: &Options) -> Result<(), Box<dyn Error>> {
     if let Some(dir) = &options.plot_dir {
         for (name, svg) in report::plots(records, device)? {
             write(&dir.join(name), &svg)?;
@@ -192,9 +174,52 @@ fn report_records(
     Ok(())
 }
 
-fn write(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+fn write(path: &Path, text: &str) -> std::io::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
     std::fs::write(path, text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<Options, clap::Error> {
+        Options::try_parse_from(std::iter::once("rill-bench").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_command_is_well_formed() {
+        Options::command().debug_assert();
+    }
+
+    #[test]
+    fn takes_every_flag() {
+        let args = ["--quick", "--profile", "--filter", "soft", "--dtype", "bf16", "--cols", "768, 1024", "--bench"];
+        let options = parse(&args).unwrap();
+        assert!(options.quick && options.profile);
+        assert_eq!((options.filter.as_deref(), options.dtype.as_deref()), (Some("soft"), Some("bf16")));
+        assert_eq!(options.cols, Some(vec![768, 1024]));
+        assert_eq!(
+            (options.json.to_str(), options.device.as_str()),
+            (Some("target/bench/bench.json"), "an unnamed GPU")
+        );
+        let args = ["--from-json", "r.json", "--device", "H100", "--json", "j", "--plot-dir", "p", "--perf", "m"];
+        let options = parse(&args).unwrap();
+        assert_eq!((options.from_json.unwrap().to_str(), options.device.as_str()), (Some("r.json"), "H100"));
+        assert_eq!((options.json.to_str(), options.plot_dir.unwrap().to_str()), (Some("j"), Some("p")));
+        assert_eq!(options.perf.unwrap().to_str(), Some("m"));
+        assert_eq!(parse(&["--dtype", "f32", "--dtype", "f16"]).unwrap().dtype.as_deref(), Some("f16"));
+        assert_eq!(parse(&["--cols", "768", "--cols", "1024,2048"]).unwrap().cols, Some(vec![1024, 2048]));
+    }
+
+    #[test]
+    fn rejects_bad_arguments_with_exit_status_2() {
+        for args in [&["--dtype", "f64"][..], &["--cols", "768,x"], &["--filter"], &["--frobnicate"], &["stray"]] {
+            let err = parse(args).err().unwrap_or_else(|| panic!("{args:?} was accepted"));
+            assert_eq!(err.exit_code(), 2, "{args:?}: {err}");
+        }
+    }
 }

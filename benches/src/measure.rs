@@ -2,7 +2,8 @@
 //! through enough buffer sets that no launch reads from L2.
 
 use crate::report::Record;
-use rill::{Gpu, Stream};
+use rill::{Element, Gpu, Stream, Tensor};
+use rill_tests::shapes::softmax_bench_shapes;
 
 /// What every sweep shares: the device, options, the results so far, and progress.
 pub struct Bench {
@@ -23,9 +24,13 @@ impl Bench {
         Ok(Bench { gpu, stream, quick, filter, cols, records: Vec::new(), done: 0, total: 0 })
     }
 
-    /// The `(rows, cols)` shapes of `shapes` that `--cols` (if given) keeps.
-    pub fn keep(&self, shapes: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
-        shapes.into_iter().filter(|(_, cols)| self.cols.as_ref().is_none_or(|keep| keep.contains(cols))).collect()
+    /// The `(rows, cols)` shapes of the row ops' sweep that `keep` and `--cols` (if given)
+    /// accept: the softmax family's (49152 rows of 32 to 32768 columns, 768 and 1000; 4096 rows
+    /// of 50257 to 262144), with `--quick` 49152 rows of 1024 and 8192.
+    pub fn row_shapes(&self, keep: impl Fn(usize, usize) -> bool) -> Vec<(usize, usize)> {
+        let all = if self.quick { vec![(49152, 1024), (49152, 8192)] } else { softmax_bench_shapes() };
+        let wanted = |cols: &usize| self.cols.as_ref().is_none_or(|wanted| wanted.contains(cols));
+        all.into_iter().filter(|&(rows, cols)| keep(rows, cols) && wanted(&cols)).collect()
     }
 
     /// Whether the filter (if any) selects op `name` of `family`.
@@ -43,27 +48,48 @@ impl Bench {
         (4 * self.gpu.info().l2_bytes as usize).div_ceil(bytes_per_set.max(1)).clamp(1, 64)
     }
 
+    /// `sets` tensors of `shape` holding `host`.
+    pub fn upload<T: Element>(&self, sets: usize, host: &[T], shape: &[usize]) -> rill::Result<Vec<Tensor<T>>> {
+        (0..sets).map(|_| Tensor::from_slice(&self.gpu, host, shape)).collect()
+    }
+
+    /// `sets` zeroed tensors of `shape`.
+    pub fn zeros<T: Element>(&self, sets: usize, shape: &[usize]) -> rill::Result<Vec<Tensor<T>>> {
+        (0..sets).map(|_| Tensor::zeros(&self.gpu, shape)).collect()
+    }
+
+    /// Measures and records the copy of each of `inputs` to the output of its set, the ceiling
+    /// of the ops at their shape; returns its GB/s.
+    pub fn copy<T: Element>(&mut self, inputs: &[Tensor<T>], outputs: &mut [Tensor<T>]) -> rill::Result<f64> {
+        let (shape, bytes) = (inputs[0].shape().to_vec(), 2 * inputs[0].len() * size_of::<T>());
+        let (micros, ()) =
+            self.time(inputs.len(), bytes, |stream, s| rill::copy(stream, &inputs[s], &mut outputs[s]))?;
+        Ok(self.record("copy", T::DTYPE.name(), &shape, "-", bytes, micros, None))
+    }
+
     /// Median device time of one `launch(stream, set)`, in microseconds, over 15 timed
-    /// batches (the launches go on the timed stream).
-    pub fn median_micros(
+    /// batches (the launches go on the timed stream), and what the first launch returned.
+    pub fn time<R>(
         &mut self,
         sets: usize,
         bytes: usize,
-        mut launch: impl FnMut(&Stream, usize) -> rill::Result<()>,
-    ) -> rill::Result<f64> {
+        mut launch: impl FnMut(&Stream, usize) -> rill::Result<R>,
+    ) -> rill::Result<(f64, R)> {
         // Enough launches per timed batch for about 2 ms at 3 TB/s.
         let per_batch = (2e-3 * 3e12 / bytes as f64).ceil().clamp(1.0, 500.0) as usize;
-        for set in 0..sets.max(3) {
+        let first = launch(&self.stream, 0)?;
+        for set in 1..sets.max(3) {
             launch(&self.stream, set % sets)?;
         }
         let mut samples = Vec::with_capacity(15);
         for batch in 0..15 {
-            let ms =
-                self.stream.time_ms(|s| (0..per_batch).try_for_each(|i| launch(s, (batch * per_batch + i) % sets)))?;
+            let ms = self
+                .stream
+                .time_ms(|s| (0..per_batch).try_for_each(|i| launch(s, (batch * per_batch + i) % sets).map(drop)))?;
             samples.push(1e3 * ms as f64 / per_batch as f64);
         }
         samples.sort_by(f64::total_cmp);
-        Ok(samples[samples.len() / 2])
+        Ok((samples[samples.len() / 2], first))
     }
 
     /// Records a measurement of `bytes` moved in `micros` (against `copy_gbps`; `None` for the

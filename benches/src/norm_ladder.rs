@@ -23,16 +23,6 @@ pub const RUNG_1_MAX_COLS: usize = 4096;
 const ROWS: usize = 49152;
 const EPS: f32 = 1e-6;
 
-/// 49152 rows of 128 to 32768 columns, 768 and 1000; `--quick`: 1024 and 8192.
-fn shapes(quick: bool) -> Vec<(usize, usize)> {
-    if quick {
-        return vec![(ROWS, 1024), (ROWS, 8192)];
-    }
-    let mut shapes: Vec<(usize, usize)> = (7..=15).map(|p| (ROWS, 1 << p)).collect();
-    shapes.extend([(ROWS, 768), (ROWS, 1000)]);
-    shapes
-}
-
 fn op_name(rung: Rung) -> String {
     format!("{FAMILY}/{}", rung.name())
 }
@@ -48,35 +38,29 @@ pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
     if rungs.is_empty() {
         return Ok(());
     }
-    let shapes = bench.keep(shapes(bench.quick));
+    // 49152 rows of 128 to 32768 columns, 768 and 1000 (with `--quick`, 1024 and 8192).
+    let shapes = bench.row_shapes(|rows, cols| rows == ROWS && cols >= 128);
     // The copies are planned as they are measured (none where another sweep has one).
     let steps: usize = shapes.iter().map(|&(_, cols)| rungs_at(cols).filter(|r| rungs.contains(r)).count()).sum();
     bench.plan(steps);
     for (rows, cols) in shapes {
-        let len = rows * cols;
-        let size = size_of::<T>();
+        let (len, size, shape) = (rows * cols, size_of::<T>(), [rows, cols]);
         let sets = bench.buffer_sets(2 * len * size);
         let mut rng = Rng::new(len as u64 ^ 0x6e6f726d);
         let host: Vec<T> = (0..len).map(|_| T::from_f64(rng.uniform(-2.0, 2.0))).collect();
         let gamma: Vec<T> = (0..cols).map(|_| T::from_f64(rng.uniform(0.5, 1.5))).collect();
         let gamma = Tensor::from_slice(&bench.gpu, &gamma, &[cols])?;
-        let inputs: Vec<Tensor<T>> =
-            (0..sets).map(|_| Tensor::from_slice(&bench.gpu, &host, &[rows, cols])).collect::<rill::Result<_>>()?;
+        let inputs = bench.upload(sets, &host, &shape)?;
         drop(host);
-        let mut outputs: Vec<Tensor<T>> =
-            (0..sets).map(|_| Tensor::zeros(&bench.gpu, &[rows, cols])).collect::<rill::Result<_>>()?;
+        let mut outputs = bench.zeros(sets, &shape)?;
 
         // The copy at this shape: the one another sweep recorded, else measured here.
-        let shape = [rows, cols];
         let recorded = bench.records.iter().find(|r| r.op == "copy" && r.dtype == dtype && r.shape == shape);
         let copy = match recorded {
             Some(r) => r.gbps,
             None => {
                 bench.plan(1);
-                let copy_bytes = 2 * len * size;
-                let copy_us = bench
-                    .median_micros(sets, copy_bytes, |stream, s| rill::copy(stream, &inputs[s], &mut outputs[s]))?;
-                bench.record("copy", dtype, &shape, "-", copy_bytes, copy_us, None)
+                bench.copy(&inputs, &mut outputs)?
             }
         };
 
@@ -84,9 +68,8 @@ pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
         let addresses = [inputs[0].view().address(), gamma.view().address(), outputs[0].view().address()];
         for rung in rungs_at(cols).filter(|r| rungs.contains(r)) {
             let ran = rung_run(rung, T::DTYPE, cols, &addresses);
-            let micros = bench.median_micros(sets, bytes, |stream, s| {
-                rms_norm_rung(stream, rung, &inputs[s], &gamma, EPS, &mut outputs[s])
-            })?;
+            let (micros, ()) = bench
+                .time(sets, bytes, |stream, s| rms_norm_rung(stream, rung, &inputs[s], &gamma, EPS, &mut outputs[s]))?;
             let path =
                 if ran == rung { rung.describe().to_string() } else { format!("{} (as rung 3)", rung.describe()) };
             bench.record(&op_name(rung), dtype, &shape, &path, bytes, micros, Some(copy));

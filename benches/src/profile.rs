@@ -15,9 +15,6 @@ const HEADS: usize = 32;
 const MLP: usize = 11008;
 const VOCAB: usize = 32000;
 
-/// One op of the profile, queued on the stream it is given.
-type Launch<'a> = Box<dyn FnMut(&rill::Stream) -> rill::Result<()> + 'a>;
-
 pub fn run(bench: &mut Bench) -> rill::Result<()> {
     let gpu = bench.gpu.clone();
     let tokens = BATCH * SEQ;
@@ -47,55 +44,30 @@ pub fn run(bench: &mut Bench) -> rill::Result<()> {
     let dloss = Tensor::from_slice(&gpu, &vec![1.0f32 / tokens as f32; tokens], &[tokens])?;
     let scale = 1.0 / (HIDDEN as f32 / HEADS as f32).sqrt();
 
-    let mut times: Vec<(&str, f64)> = Vec::new();
-    let mut time = |bench: &mut Bench, name, mut f: Launch<'_>| {
-        let micros = bench.median_micros(1, 1 << 30, |stream, _| {
-            let _range = rill::nvtx::range(name);
-            f(stream)
-        })?;
-        times.push((name, micros));
-        rill::Result::Ok(())
-    };
-    time(
-        bench,
-        "attention causal softmax",
-        Box::new(|s| softmax::scaled_causal_softmax(s, &scores, scale, &mut probs).map(drop)),
-    )?;
-    time(
-        bench,
-        "attention softmax backward",
-        Box::new(|s| softmax::softmax_backward(s, &scores, &grad_scores, &mut probs).map(drop)),
-    )?;
-    time(bench, "mlp silu(gate)", Box::new(|s| ew::silu(s, &gate, &mut act)))?;
-    time(bench, "mlp silu(gate) * up", Box::new(|s| ew::mul(s, &act, &up, &mut hidden)))?;
-    time(
-        bench,
-        "residual add + rms_norm (x2)",
-        Box::new(|s| {
+    let mut times = vec![
+        time(bench, "attention causal softmax", |s| softmax::scaled_causal_softmax(s, &scores, scale, &mut probs))?,
+        time(bench, "attention softmax backward", |s| softmax::softmax_backward(s, &scores, &grad_scores, &mut probs))?,
+        time(bench, "mlp silu(gate)", |s| ew::silu(s, &gate, &mut act))?,
+        time(bench, "mlp silu(gate) * up", |s| ew::mul(s, &act, &up, &mut hidden))?,
+        time(bench, "residual add + rms_norm (x2)", |s| {
             for _ in 0..2 {
                 let call = Forward::new(&residual, &mut normed).weight(&norm_weight).residual(&branch, &mut sum);
                 Norm::new().forward(s, NormKind::RmsNorm, 1e-6, call.save_rstd(&mut rstd))?;
             }
             Ok(())
-        }),
-    )?;
-    time(
-        bench,
-        "rms_norm backward (x2)",
-        Box::new(|s| {
+        })?,
+        time(bench, "rms_norm backward (x2)", |s| {
             for _ in 0..2 {
                 let call = Backward::new(&residual, &branch, &rstd, &mut dx).weight(&norm_weight);
                 Norm::new().backward(s, NormKind::RmsNorm, call.dweight(&mut dweight))?;
             }
             Ok(())
-        }),
-    )?;
-    time(bench, "cross entropy", Box::new(|s| softmax::cross_entropy(s, &logits, &target, &mut loss).map(drop)))?;
-    time(
-        bench,
-        "cross entropy backward",
-        Box::new(|s| softmax::cross_entropy_backward(s, &logits, &target, &dloss, &mut dlogits).map(drop)),
-    )?;
+        })?,
+        time(bench, "cross entropy", |s| softmax::cross_entropy(s, &logits, &target, &mut loss))?,
+        time(bench, "cross entropy backward", |s| {
+            softmax::cross_entropy_backward(s, &logits, &target, &dloss, &mut dlogits)
+        })?,
+    ];
 
     times.sort_by(|a, b| b.1.total_cmp(&a.1));
     let total: f64 = times.iter().map(|t| t.1).sum();
@@ -109,4 +81,18 @@ pub fn run(bench: &mut Bench) -> rill::Result<()> {
     }
     println!("{:<28} {total:>12.1} {:>6.1}%", "total", 100.0);
     Ok(())
+}
+
+/// `name` and the time of one op of the profile, which `launch` queues on the stream it is
+/// given, inside an NVTX range named `name`.
+fn time<'n, R>(
+    bench: &mut Bench,
+    name: &'n str,
+    mut launch: impl FnMut(&rill::Stream) -> rill::Result<R>,
+) -> rill::Result<(&'n str, f64)> {
+    let (micros, _) = bench.time(1, 1 << 30, |stream, _| {
+        let _range = rill::nvtx::range(name);
+        launch(stream)
+    })?;
+    Ok((name, micros))
 }

@@ -9,23 +9,25 @@ use plotters::coord::Shift;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
-use serde::{Deserialize, Serialize, Serializer};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::error::Error;
 use std::fmt::Write as _;
 
 /// One measurement, as one object of the benchmark's JSON.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(try_from = "Stored")]
 pub struct Record {
     /// Kernel name, or "copy" for the device-to-device copy that is the ceiling.
     pub op: String,
     /// Element type: "f32", "f16", "bf16".
     pub dtype: String,
     /// `[n]` for elementwise ops, `[rows, cols]` for row ops; in the JSON a string such as
-    /// "[49152, 1024]", the spelling the records have always had.
-    #[serde(serialize_with = "write_shape")]
+    /// "[49152, 1024]", the spelling the records have always had (older records: a number "len").
+    #[serde(alias = "len", serialize_with = "write_shape", deserialize_with = "read_shape")]
     pub shape: Vec<usize>,
-    /// How the kernel was launched (e.g. "warp path: ..."), or "-" where there is no choice.
+    /// How the kernel was launched (e.g. "warp path: ..."), or "-" where there is no choice
+    /// (and in older records, which have none).
+    #[serde(default = "no_path")]
     pub path: String,
     /// Median device time of one launch.
     #[serde(serialize_with = "rounded::<3, _>")]
@@ -74,40 +76,8 @@ pub fn to_json(records: &[Record]) -> serde_json::Result<String> {
     Ok(out)
 }
 
-/// A record as the JSON holds it, in either format.
-#[derive(Deserialize)]
-struct Stored {
-    op: String,
-    dtype: String,
-    shape: Option<String>,
-    len: Option<usize>,
-    path: Option<String>,
-    micros: f64,
-    gbps: f64,
-    of_copy: f64,
-}
-
-impl TryFrom<Stored> for Record {
-    type Error = String;
-
-    fn try_from(stored: Stored) -> Result<Self, String> {
-        let shape = match (stored.shape, stored.len) {
-            (Some(text), _) => {
-                parse_shape(&text).ok_or(format!("\"shape\" must be a string like \"[49152, 1024]\", not {text:?}"))?
-            }
-            (None, Some(len)) => vec![len],
-            (None, None) => return Err("record without \"shape\"".into()),
-        };
-        Ok(Record {
-            op: stored.op,
-            dtype: stored.dtype,
-            shape,
-            path: stored.path.unwrap_or_else(|| "-".into()),
-            micros: stored.micros,
-            gbps: stored.gbps,
-            of_copy: stored.of_copy,
-        })
-    }
+fn no_path() -> String {
+    "-".into()
 }
 
 /// "[49152, 1024]": the shape as the benchmark's JSON writes it.
@@ -116,7 +86,18 @@ fn write_shape<S: Serializer>(shape: &[usize], serializer: S) -> Result<S::Ok, S
     serializer.serialize_str(&format!("[{}]", dims.join(", ")))
 }
 
-/// The inverse of [`write_shape`]; `None` unless it is a non-empty list of plain integers.
+/// The inverse of [`write_shape`], or an older record's "len".
+fn read_shape<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<usize>, D::Error> {
+    let value = serde_json::Value::deserialize(deserializer)?;
+    let shape = match &value {
+        serde_json::Value::String(text) => parse_shape(text),
+        serde_json::Value::Number(len) => len.as_u64().and_then(|len| Some(vec![usize::try_from(len).ok()?])),
+        _ => None,
+    };
+    shape.ok_or_else(|| D::Error::custom(format!("\"shape\" must be a string like \"[49152, 1024]\", not {value}")))
+}
+
+/// A shape as [`write_shape`] writes it; `None` unless it is a non-empty list of plain integers.
 fn parse_shape(text: &str) -> Option<Vec<usize>> {
     let inner = text.trim().strip_prefix('[')?.strip_suffix(']')?;
     inner
@@ -155,20 +136,10 @@ fn distinct<T: PartialEq + Copy>(values: impl IntoIterator<Item = T>) -> Vec<T> 
 /// The leading dimensions (rows) most of the op's records share, earliest on a tie: the
 /// records with them form one sweep over the last dimension. Empty for elementwise ops.
 fn sweep_rows<'a>(records: &'a [Record], op: &str) -> &'a [usize] {
-    let mut counts: Vec<(&[usize], usize)> = Vec::new();
-    for record in records.iter().filter(|r| r.op == op) {
-        match counts.iter_mut().find(|(rows, _)| *rows == leading(record)) {
-            Some((_, count)) => *count += 1,
-            None => counts.push((leading(record), 1)),
-        }
-    }
-    let mut best: (&[usize], usize) = (&[], 0);
-    for (rows, count) in counts {
-        if count > best.1 {
-            best = (rows, count);
-        }
-    }
-    best.0
+    let rows = || records.iter().filter(|r| r.op == op).map(leading);
+    let count = |group: &[usize]| rows().filter(|rows| *rows == group).count();
+    // `max_by_key` keeps the last of equal counts, so the groups are searched from the last.
+    distinct(rows()).into_iter().rev().max_by_key(|group| count(group)).unwrap_or(&[])
 }
 
 /// Every op but the copy: elementwise ops first, then row ops, each in order of appearance.

@@ -2,10 +2,9 @@
 //! 32 to 32768 columns (plus 768 and 1000), and 4096 rows of 50257 to 262144 columns.
 
 use crate::measure::Bench;
-use rill::softmax::{self, Plan};
+use rill::softmax;
 use rill::{Element, Tensor};
 use rill_tests::random::Rng;
-use rill_tests::shapes::softmax_bench_shapes;
 
 /// The ops measured, with the arrays of `rows x cols` elements each moves.
 const OPS: &[(&str, usize)] = &[
@@ -32,37 +31,26 @@ fn queries(rows: usize, cols: usize) -> usize {
 
 pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
     let dtype = T::DTYPE.name();
-    let shapes = bench.keep(if bench.quick { vec![(49152, 1024), (49152, 8192)] } else { softmax_bench_shapes() });
+    let shapes = bench.row_shapes(|_, _| true);
     let ops: Vec<_> = OPS.iter().filter(|(op, _)| bench.wants("softmax", op)).collect();
     if ops.is_empty() {
         return Ok(());
     }
     bench.plan(shapes.len() * (ops.len() + 1));
     for (rows, cols) in shapes {
-        let len = rows * cols;
-        let size = size_of::<T>();
+        let (len, size, shape) = (rows * cols, size_of::<T>(), [rows, cols]);
         let sets = bench.buffer_sets(3 * len * size);
         let mut rng = Rng::new(len as u64);
         let host: Vec<T> = (0..len).map(|_| T::from_f64(rng.uniform(-8.0, 8.0))).collect();
-        let inputs: Vec<[Tensor<T>; 2]> = (0..sets)
-            .map(|_| -> rill::Result<[Tensor<T>; 2]> {
-                let t = || Tensor::from_slice(&bench.gpu, &host, &[rows, cols]);
-                Ok([t()?, t()?])
-            })
-            .collect::<rill::Result<_>>()?;
-        let mut outputs: Vec<Tensor<T>> =
-            (0..sets).map(|_| Tensor::zeros(&bench.gpu, &[rows, cols])).collect::<rill::Result<_>>()?;
+        let (xs, dys) = (bench.upload(sets, &host, &shape)?, bench.upload(sets, &host, &shape)?);
+        let mut ys = bench.zeros(sets, &shape)?;
         let mask = Tensor::from_slice(&bench.gpu, &host[..cols], &[1, cols])?;
         let target: Vec<i64> = (0..rows).map(|r| (r * 7919 % cols) as i64).collect();
         let target = Tensor::from_slice(&bench.gpu, &target, &[rows])?;
         let mut loss = Tensor::<f32>::zeros(&bench.gpu, &[rows])?;
         let dloss = Tensor::from_slice(&bench.gpu, &vec![1.0f32; rows], &[rows])?;
         let q = queries(rows, cols);
-
-        let copy_bytes = 2 * len * size;
-        let copy_us =
-            bench.median_micros(sets, copy_bytes, |stream, s| rill::copy(stream, &inputs[s][0], &mut outputs[s]))?;
-        let copy = bench.record("copy", dtype, &[rows, cols], "-", copy_bytes, copy_us, None);
+        let copy = bench.copy(&xs, &mut ys)?;
 
         for &&(op, arrays) in &ops {
             // Per-row arrays (targets, losses) and the mask row count too.
@@ -73,30 +61,26 @@ pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
                     "logsumexp" => rows * 4,
                     _ => 0,
                 };
-            let mut plan: Option<Plan> = None;
-            let micros = bench.median_micros(sets, bytes, |stream, s| {
-                let [x, dy] = &inputs[s];
-                let y = &mut outputs[s];
-                plan = Some(match op {
-                    "softmax" => softmax::softmax(stream, x, y)?,
-                    "log_softmax" => softmax::log_softmax(stream, x, y)?,
-                    "softmax_backward" => softmax::softmax_backward(stream, x, dy, y)?,
-                    "log_softmax_backward" => softmax::log_softmax_backward(stream, x, dy, y)?,
-                    "scaled_masked_softmax" => softmax::scaled_masked_softmax(stream, x, &mask, 0.125, y)?,
+            let (micros, plan) = bench.time(sets, bytes, |stream, s| {
+                let (x, dy, y) = (&xs[s], &dys[s], &mut ys[s]);
+                match op {
+                    "softmax" => softmax::softmax(stream, x, y),
+                    "log_softmax" => softmax::log_softmax(stream, x, y),
+                    "softmax_backward" => softmax::softmax_backward(stream, x, dy, y),
+                    "log_softmax_backward" => softmax::log_softmax_backward(stream, x, dy, y),
+                    "scaled_masked_softmax" => softmax::scaled_masked_softmax(stream, x, &mask, 0.125, y),
                     "scaled_causal_softmax" => softmax::scaled_causal_softmax(
                         stream,
                         &x.view().reshape(&[rows / q, q, cols])?,
                         0.125,
                         &mut y.view_mut().reshape(&[rows / q, q, cols])?,
-                    )?,
-                    "cross_entropy" => softmax::cross_entropy(stream, x, &target, &mut loss)?,
-                    "logsumexp" => softmax::logsumexp(stream, x, &mut loss)?,
-                    _ => softmax::cross_entropy_backward(stream, x, &target, &dloss, y)?,
-                });
-                Ok(())
+                    ),
+                    "cross_entropy" => softmax::cross_entropy(stream, x, &target, &mut loss),
+                    "logsumexp" => softmax::logsumexp(stream, x, &mut loss),
+                    _ => softmax::cross_entropy_backward(stream, x, &target, &dloss, y),
+                }
             })?;
-            let path = plan.map_or("-".into(), |p| p.describe());
-            bench.record(op, dtype, &[rows, cols], &path, bytes, micros, Some(copy));
+            bench.record(op, dtype, &shape, &plan.describe(), bytes, micros, Some(copy));
         }
     }
     Ok(())

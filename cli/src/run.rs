@@ -93,11 +93,9 @@ impl<'a> Invocation<'a> {
         self
     }
 
-    pub fn optional_file(self, flag: &'static str, holds: Holds, path: &'a Option<PathBuf>) -> Self {
-        match path {
-            Some(path) => self.file(flag, holds, path),
-            None => self,
-        }
+    pub fn optional_file(mut self, flag: &'static str, holds: Holds, path: &'a Option<PathBuf>) -> Self {
+        self.files.extend(path.as_deref().map(|path| (flag, holds, path)));
+        self
     }
 
     pub fn extra_output(mut self, flag: &'static str, path: &'a Option<PathBuf>) -> Self {
@@ -212,71 +210,41 @@ pub fn run(op: &Op, verbose: bool) -> Result<(), Failure> {
 /// The element type of the float inputs, which must all share it, after checking that every
 /// other input holds what it must; errors name the file.
 fn check_dtypes(op: &str, inputs: &[Input]) -> Result<Dtype, Failure> {
-    let describe = |input: &Input| format!("--{} {}", input.flag, input.path.display());
-    let wrong = |input: &Input, want: &str| {
-        Failure::Runtime(format!("{} is {}; {want}", describe(input), input.array.data.dtype_name()))
-    };
-    let mut floats = Vec::new();
-    for input in inputs {
-        match (input.holds, &input.array.data) {
-            (Holds::Float, NpyData::F32(_)) => floats.push((input, Dtype::F32)),
-            (Holds::Float, NpyData::F16(_)) => floats.push((input, Dtype::F16)),
-            (Holds::Float, _) => return Err(wrong(input, "rill ops take float32 or float16 arrays")),
-            (Holds::Indices, NpyData::I64(_))
-            | (Holds::Float32, NpyData::F32(_))
-            | (Holds::Param, NpyData::F32(_) | NpyData::F16(_)) => {}
-            (Holds::Indices, _) => {
-                let want = format!("{op}'s --{} must hold int64 class indices ('<i8' .npy)", input.flag);
-                return Err(wrong(input, &want));
-            }
-            (Holds::Float32, _) => {
-                let want = format!("{op}'s --{} must be float32, whatever the dtype of --input", input.flag);
-                return Err(wrong(input, &want));
-            }
-            (Holds::Param, _) => {
-                return Err(wrong(input, &format!("{op}'s --{} must be float32 or --input's dtype", input.flag)));
-            }
-        }
-    }
-    let Some(&(first, dtype)) = floats.first() else {
-        return Err(Failure::Usage("no input files".into()));
-    };
     let dtype_of = |input: &Input| input.array.data.dtype_name();
-    for &(input, other) in &floats[1..] {
-        if other != dtype {
-            return Err(Failure::Runtime(format!(
-                "{} is {} but {} is {}; convert one with `rill run to --dtype ...`",
-                describe(input),
-                dtype_of(input),
-                describe(first),
-                dtype_of(first)
-            )));
-        }
+    let is_f16 = |input: &Input| matches!(input.array.data, NpyData::F16(_));
+    let describe = |input: &Input| format!("--{} {} is {}", input.flag, input.path.display(), dtype_of(input));
+    let mismatch = |input: &Input, other: &Input, advice: &str| {
+        Failure::Runtime(format!("{} but {}; {advice}", describe(input), describe(other)))
+    };
+    for input in inputs {
+        let flag = input.flag;
+        let want = match (input.holds, &input.array.data) {
+            (Holds::Float | Holds::Param, NpyData::F32(_) | NpyData::F16(_))
+            | (Holds::Indices, NpyData::I64(_))
+            | (Holds::Float32, NpyData::F32(_)) => continue,
+            (Holds::Float, _) => "rill ops take float32 or float16 arrays".to_string(),
+            (Holds::Indices, _) => format!("{op}'s --{flag} must hold int64 class indices ('<i8' .npy)"),
+            (Holds::Float32, _) => format!("{op}'s --{flag} must be float32, whatever the dtype of --input"),
+            (Holds::Param, _) => format!("{op}'s --{flag} must be float32 or --input's dtype"),
+        };
+        return Err(Failure::Runtime(format!("{}; {want}", describe(input))));
+    }
+    let mut floats = inputs.iter().filter(|input| input.holds == Holds::Float);
+    let first = floats.next().ok_or(Failure::Usage("no input files".into()))?;
+    if let Some(other) = floats.find(|input| dtype_of(input) != dtype_of(first)) {
+        return Err(mismatch(other, first, "convert one with `rill run to --dtype ...`"));
     }
     // A norm's weight and bias: float32 or the element type, both the same.
     let params: Vec<&Input> = inputs.iter().filter(|input| input.holds == Holds::Param).collect();
-    for input in &params {
-        if matches!(input.array.data, NpyData::F16(_)) && dtype != Dtype::F16 {
-            return Err(Failure::Runtime(format!(
-                "{} is float16 but {} is {}; {op}'s weight and bias must be float32 or --input's dtype",
-                describe(input),
-                describe(first),
-                dtype_of(first)
-            )));
-        }
+    if let Some(param) = params.iter().find(|param| is_f16(param) && !is_f16(first)) {
+        return Err(mismatch(param, first, &format!("{op}'s weight and bias must be float32 or --input's dtype")));
     }
     if let [weight, bias] = params.as_slice()
         && dtype_of(weight) != dtype_of(bias)
     {
-        return Err(Failure::Runtime(format!(
-            "{} is {} but {} is {}; give the weight and bias the same dtype",
-            describe(bias),
-            dtype_of(bias),
-            describe(weight),
-            dtype_of(weight)
-        )));
+        return Err(mismatch(bias, weight, "give the weight and bias the same dtype"));
     }
-    Ok(dtype)
+    Ok(if is_f16(first) { Dtype::F16 } else { Dtype::F32 })
 }
 
 /// An element type that has a `.npy` dtype.
@@ -308,15 +276,9 @@ npy_element! {
 
 /// `input` copied to the device as a tensor of `U`.
 fn upload<U: NpyElement>(gpu: &Gpu, input: &Input) -> rill::Result<Tensor<U>> {
-    match U::slice(&input.array.data) {
-        Some(values) => Tensor::<U>::from_slice(gpu, values, &input.array.shape),
-        None => Err(rill::Error::InvalidInput(format!(
-            "--{} {} is not {}",
-            input.flag,
-            input.path.display(),
-            U::DTYPE.name()
-        ))),
-    }
+    let path = input.path.display();
+    let wrong = || rill::Error::InvalidInput(format!("--{} {path} is not {}", input.flag, U::DTYPE.name()));
+    Tensor::from_slice(gpu, U::slice(&input.array.data).ok_or_else(wrong)?, &input.array.shape)
 }
 
 #[cfg(test)]

@@ -301,16 +301,9 @@ fn forward<T: NpyElement, G: NpyElement>(
     let stats = |flag| cx.wants(flag).then(|| Tensor::<f32>::zeros(cx.gpu, &stats_shape)).transpose();
     let (mut mean, mut rstd) = (stats("output-mean")?, stats("output-rstd")?);
     let mut y = Tensor::<T>::zeros(cx.gpu, shape)?;
-    let mut call = Forward::new(x, &mut y);
-    if let (Some(residual), Some(sum)) = (&residual, &mut sum) {
-        call = call.residual(residual, sum);
-    }
-    if let Some(mean) = &mut mean {
-        call = call.save_mean(mean);
-    }
-    if let Some(rstd) = &mut rstd {
-        call = call.save_rstd(rstd);
-    }
+    let call = with(Forward::new(x, &mut y), residual.as_ref().zip(sum.as_mut()), |call, (r, s)| call.residual(r, s));
+    let call = with(call, mean.as_mut(), |call, mean| call.save_mean(mean));
+    let call = with(call, rstd.as_mut(), |call, rstd| call.save_rstd(rstd));
     let (norm, stream) = (Norm::new(), &cx.stream);
     let plan = match (&weight, &bias) {
         (Some(weight), Some(bias)) => norm.forward(stream, kind, eps, call.weight(weight).bias(bias))?,
@@ -338,10 +331,7 @@ fn backward<T: NpyElement, G: NpyElement>(
     let mean = cx.optional::<f32>("mean")?;
     let rstd = cx.tensor::<f32>("rstd")?;
     let mut dx = Tensor::<T>::zeros(cx.gpu, x.shape())?;
-    let mut call = Backward::new(x, &dy, &rstd, &mut dx);
-    if let Some(mean) = &mean {
-        call = call.mean(mean);
-    }
+    let call = with(Backward::new(x, &dy, &rstd, &mut dx), mean.as_ref(), |call, mean| call.mean(mean));
     let plan = match &weight {
         Some(weight) => with_grads::<T, G>(cx, kind, call, Some(weight), cols, extra)?,
         // No weight: clap refused its gradient, and dbias is float32.
@@ -370,14 +360,8 @@ fn with_grads<'a, T: NpyElement, W: NpyElement>(
     // The first parameter part given fixes the builder's dtype; the rest are set after it.
     let plan = match (&mut dweight, weight) {
         (Some(dw), weight) => {
-            let mut call = call.dweight(dw);
-            if let Some(weight) = weight {
-                call = call.weight(weight);
-            }
-            if let Some(db) = &mut dbias {
-                call = call.dbias(db);
-            }
-            norm.backward(&cx.stream, kind, call)?
+            let call = with(call.dweight(dw), weight, |call, weight| call.weight(weight));
+            norm.backward(&cx.stream, kind, with(call, dbias.as_mut(), |call, db| call.dbias(db)))?
         }
         (None, Some(weight)) => norm.backward(&cx.stream, kind, call.weight(weight))?,
         (None, None) => norm.backward(&cx.stream, kind, call)?,
@@ -386,6 +370,14 @@ fn with_grads<'a, T: NpyElement, W: NpyElement>(
     extra.extend(extra_output("grad-weight", dweight.filter(|_| cx.wants("grad-weight")))?);
     extra.extend(extra_output("grad-bias", dbias)?);
     Ok(plan)
+}
+
+/// `call` with `part` added by `add`, if there is a part: the builders' optional parts.
+fn with<C, P>(call: C, part: Option<P>, add: impl FnOnce(C, P) -> C) -> C {
+    match part {
+        Some(part) => add(call, part),
+        None => call,
+    }
 }
 
 /// `(flag, shape, data)` of a further output, if it was computed (the stream synchronized).
