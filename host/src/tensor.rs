@@ -20,44 +20,27 @@ pub trait Element: DeviceCopy + Copy + Default + PartialEq + std::fmt::Debug + S
     fn from_f64(x: f64) -> Self;
 }
 
-impl Element for f32 {
-    const DTYPE: DType = DType::F32;
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    fn from_f64(x: f64) -> Self {
-        x as f32
-    }
+/// `Element` for `$t`, with its conversions from and to f64 written over `$v` and `$x`.
+macro_rules! element {
+    ($($t:ty: $dtype:ident, |$v:ident| $to_f64:expr, |$x:ident| $from_f64:expr;)+) => {$(
+        impl Element for $t {
+            const DTYPE: DType = DType::$dtype;
+            fn to_f64(self) -> f64 {
+                let $v = self;
+                $to_f64
+            }
+            fn from_f64($x: f64) -> Self {
+                $from_f64
+            }
+        }
+    )+};
 }
 
-impl Element for half::f16 {
-    const DTYPE: DType = DType::F16;
-    fn to_f64(self) -> f64 {
-        self.to_f64()
-    }
-    fn from_f64(x: f64) -> Self {
-        half::f16::from_f32(x as f32)
-    }
-}
-
-impl Element for half::bf16 {
-    const DTYPE: DType = DType::BF16;
-    fn to_f64(self) -> f64 {
-        self.to_f64()
-    }
-    fn from_f64(x: f64) -> Self {
-        half::bf16::from_f32(x as f32)
-    }
-}
-
-impl Element for i64 {
-    const DTYPE: DType = DType::I64;
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    fn from_f64(x: f64) -> Self {
-        x as i64
-    }
+element! {
+    f32: F32, |v| v as f64, |x| x as f32;
+    half::f16: F16, |v| v.to_f64(), |x| half::f16::from_f32(x as f32);
+    half::bf16: BF16, |v| v.to_f64(), |x| half::bf16::from_f32(x as f32);
+    i64: I64, |v| v as f64, |x| x as i64;
 }
 
 fn element_count(shape: &[usize]) -> Result<usize> {

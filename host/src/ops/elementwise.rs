@@ -58,16 +58,16 @@ pub fn launch_config(len: usize, pack: usize, device: &crate::DeviceInfo) -> Lau
     }
 }
 
-/// Validates and launches elementwise kernel `op`. With `broadcast`, the last input is a
-/// row vector whose length divides the output's trailing dimension.
+/// Validates and launches elementwise kernel `op`. For `BiasAddGelu`, the one op that
+/// broadcasts, the last input is a row vector as long as the output's trailing dimension.
 fn run<I: Element, O: Element>(
     stream: &Stream,
     op: ElementwiseOp,
     inputs: &[View<'_, I>],
-    broadcast: bool,
     output: &mut impl AsViewMut<O>,
 ) -> Result<()> {
     let key = kernel_key(op, I::DTYPE, O::DTYPE)?;
+    let broadcast = op == ElementwiseOp::BiasAddGelu;
     let output = output.as_view_mut();
     debug_assert!(inputs.len() == op.arity() && inputs.len() <= ELEMENTWISE_MAX_INPUTS);
     let op = op.name();
@@ -123,68 +123,45 @@ fn run<I: Element, O: Element>(
     unsafe { launch(stream, kernel, config, &args) }
 }
 
-macro_rules! unary_ops {
-    ($($(#[$doc:meta])* $name:ident $op:ident;)+) => {$(
+/// Ops from inputs of one dtype to an output of the same: `name(inputs) Op;`, each input an
+/// `&impl AsView<T>`.
+macro_rules! same_dtype_ops {
+    ($($(#[$doc:meta])* $name:ident($($input:ident),+) $op:ident;)+) => {$(
         $(#[$doc])*
-        pub fn $name<T: Element>(stream: &Stream, x: &impl AsView<T>, y: &mut impl AsViewMut<T>) -> Result<()> {
-            run::<T, T>(stream, ElementwiseOp::$op, &[x.as_view()], false, y)
+        pub fn $name<T: Element>(
+            stream: &Stream,
+            $($input: &impl AsView<T>,)+
+            y: &mut impl AsViewMut<T>,
+        ) -> Result<()> {
+            run::<T, T>(stream, ElementwiseOp::$op, &[$($input.as_view()),+], y)
         }
     )+};
 }
 
-unary_ops! {
+same_dtype_ops! {
     /// `y = max(x, 0)` (NaN stays NaN).
-    relu Relu;
+    relu(x) Relu;
     /// `y = x/2 * (1 + erf(x/sqrt(2)))`, PyTorch's `gelu(approximate="none")`.
-    gelu Gelu;
+    gelu(x) Gelu;
     /// `y = x/2 * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, PyTorch's `gelu(approximate="tanh")`.
-    gelu_tanh GeluTanh;
+    gelu_tanh(x) GeluTanh;
     /// `y = x * sigmoid(x)`.
-    silu Silu;
+    silu(x) Silu;
     /// `y = 1 / (1 + e^-x)`.
-    sigmoid Sigmoid;
-}
-
-macro_rules! binary_ops {
-    ($($(#[$doc:meta])* $name:ident $op:ident;)+) => {$(
-        $(#[$doc])*
-        pub fn $name<T: Element>(stream: &Stream, a: &impl AsView<T>, b: &impl AsView<T>, y: &mut impl AsViewMut<T>) -> Result<()> {
-            run::<T, T>(stream, ElementwiseOp::$op, &[a.as_view(), b.as_view()], false, y)
-        }
-    )+};
-}
-
-binary_ops! {
+    sigmoid(x) Sigmoid;
     /// `y = a + b`.
-    add Add;
+    add(a, b) Add;
     /// `y = a - b`.
-    sub Sub;
+    sub(a, b) Sub;
     /// `y = a * b`.
-    mul Mul;
+    mul(a, b) Mul;
     /// `y = a / b` (within 2 ulp of f32 division; computed with the fast reciprocal).
-    div Div;
-}
-
-/// `y = a * b + c`, rounded once (PyTorch's `addcmul(c, a, b)`).
-pub fn fma<T: Element>(
-    stream: &Stream,
-    a: &impl AsView<T>,
-    b: &impl AsView<T>,
-    c: &impl AsView<T>,
-    y: &mut impl AsViewMut<T>,
-) -> Result<()> {
-    run::<T, T>(stream, ElementwiseOp::Fma, &[a.as_view(), b.as_view(), c.as_view()], false, y)
-}
-
-/// `y = gelu(x + bias)`, the bias (shape `[cols]`) broadcast along the rows of `x`
-/// (any shape whose last dimension is `cols`).
-pub fn bias_add_gelu<T: Element>(
-    stream: &Stream,
-    x: &impl AsView<T>,
-    bias: &impl AsView<T>,
-    y: &mut impl AsViewMut<T>,
-) -> Result<()> {
-    run::<T, T>(stream, ElementwiseOp::BiasAddGelu, &[x.as_view(), bias.as_view()], true, y)
+    div(a, b) Div;
+    /// `y = a * b + c`, rounded once (PyTorch's `addcmul(c, a, b)`).
+    fma(a, b, c) Fma;
+    /// `y = gelu(x + bias)`, the bias (shape `[cols]`) broadcast along the rows of `x`
+    /// (any shape whose last dimension is `cols`).
+    bias_add_gelu(x, bias) BiasAddGelu;
 }
 
 /// `y = x` converted to another dtype, rounding to nearest even.
@@ -192,7 +169,7 @@ pub fn cast<I: Element, O: Element>(stream: &Stream, x: &impl AsView<I>, y: &mut
     if I::DTYPE == O::DTYPE {
         invalid!("cast from {} to itself: use `copy`", I::DTYPE.name());
     }
-    run::<I, O>(stream, ElementwiseOp::Cast, &[x.as_view()], false, y)
+    run::<I, O>(stream, ElementwiseOp::Cast, &[x.as_view()], y)
 }
 
 #[cfg(test)]

@@ -18,7 +18,6 @@
 //! reduced in two deterministic stages (chunk sums into a stream-ordered workspace, then
 //! the chunks in order): no atomics, the same bits every run.
 
-use super::rows::dispatch::WARP_MAX_COLS;
 pub use super::rows::dispatch::{Path, PathKind, Plan};
 
 /// Widest row the backward gives the warp path. Its 32-element tier holds x and dy (64
@@ -26,7 +25,7 @@ pub use super::rows::dispatch::{Path, PathKind, Plan};
 /// shared path reached 86-100%.
 const BACKWARD_WARP_MAX_COLS: usize = 512;
 use super::columns::{ColumnSumArgs, sum_columns};
-use super::rows::{RowCall, RowKernels, check_aligned, rows_cols, same_shape};
+use super::rows::{RowCall, RowKernels, check_aligned, same_shape};
 use crate::Stream;
 use crate::error::{Error, Result, invalid};
 use crate::module::KernelKey;
@@ -300,32 +299,29 @@ pub struct Norm {
     plan_only: bool,
 }
 
-/// Checks a `[cols]` parameter vector.
-fn check_column<G: Element>(op: &str, what: &str, v: &View<'_, G>, cols: usize) -> Result<()> {
+/// Checks a `[cols]` parameter vector; returns its address.
+fn column<G: Element>(op: &str, what: &str, v: &impl AsView<G>, cols: usize) -> Result<u64> {
+    let v = v.as_view();
     same_shape(op, what, v.shape(), &[cols])?;
-    check_aligned(op, what, v.address(), size_of::<G>() as u64)
+    check_aligned(op, what, v.address(), size_of::<G>() as u64)?;
+    Ok(v.address())
 }
 
 /// Checks a per-row f32 array (any shape holding `rows` elements, e.g. `[rows]` or
-/// PyTorch's `[..., 1]`).
-fn check_per_row(op: &str, what: &str, shape: &[usize], address: u64, rows: usize) -> Result<()> {
-    let len: usize = shape.iter().product();
+/// PyTorch's `[..., 1]`); returns its address.
+fn per_row(op: &str, what: &str, v: &impl AsView<f32>, rows: usize) -> Result<u64> {
+    let v = v.as_view();
+    let (shape, len) = (v.shape(), v.len());
     if len != rows {
         invalid!("`{op}`: {what} has shape {shape:?} ({len} elements) but needs one f32 per row ({rows})");
     }
-    check_aligned(op, what, address, 4)
+    check_aligned(op, what, v.address(), 4)?;
+    Ok(v.address())
 }
 
 /// Bytes of weight and bias every row reads.
 fn column_bytes<G: Element>(weight: &Option<View<'_, G>>, bias: &Option<View<'_, G>>) -> u32 {
     [weight, bias].iter().filter_map(|v| v.as_ref()).map(|v| v.len() * size_of::<G>()).sum::<usize>() as u32
-}
-
-fn check_eps(op: &str, eps: f32) -> Result<()> {
-    if !(eps.is_finite() && eps >= 0.0) {
-        invalid!("`{op}`: eps must be finite and not negative; got {eps}");
-    }
-    Ok(())
 }
 
 impl Norm {
@@ -364,11 +360,22 @@ impl Norm {
             (NormKind::LayerNorm, true) => "add_layer_norm",
             (NormKind::RmsNorm, true) => "add_rms_norm",
         };
-        let (rows, cols) = rows_cols(op, call.x.shape())?;
-        check_eps(op, eps)?;
-        same_shape(op, "the output", call.y.shape(), call.x.shape())?;
-        let dtypes = (T::DTYPE, U::DTYPE, G::DTYPE);
         let kernel_kind = if call.residual.is_some() { NormKernelKind::AddForward } else { NormKernelKind::Forward };
+        let dtypes = (T::DTYPE, U::DTYPE, G::DTYPE);
+        let args = NormArgs {
+            input: call.x.address(),
+            output: call.y.address(),
+            eps,
+            rms: (kind == NormKind::RmsNorm) as u32,
+            ..NormArgs::default()
+        };
+        let kernels = RowKernels::Norm { kind: kernel_kind, dtypes };
+        let mut row = RowCall::new(stream, op, kernels, &call.x, args, self.force, !self.plan_only)?;
+        let (rows, cols) = (row.problem.rows, row.problem.cols);
+        if !(eps.is_finite() && eps >= 0.0) {
+            invalid!("`{op}`: eps must be finite and not negative; got {eps}");
+        }
+        same_shape(op, "the output", call.y.shape(), call.x.shape())?;
         if !has_kernels(kernel_kind, dtypes) {
             return Err(Error::Unsupported(format!(
                 "`{op}` has no kernel for input {}, output {}, weight {}: the output is the input's dtype (or f16/bf16 \
@@ -378,70 +385,44 @@ impl Norm {
                 G::DTYPE.name()
             )));
         }
-        let mut arrays = vec![(call.x.address(), size_of::<T>()), (call.y.address(), size_of::<U>())];
-        let mut args = NormArgs {
-            input: call.x.address(),
-            output: call.y.address(),
-            eps,
-            inv_cols: (1.0 / cols as f64) as f32,
-            rms: (kind == NormKind::RmsNorm) as u32,
-            ..NormArgs::default()
-        };
+        row.widest = max_pack(size_of::<T>(), size_of::<U>());
+        row.arrays.push((call.y.address(), size_of::<U>()));
+        row.args.inv_cols = (1.0 / cols as f64) as f32;
         if let Some((residual, sum)) = &call.residual {
             same_shape(op, "the residual", residual.shape(), call.x.shape())?;
             same_shape(op, "the sum", sum.shape(), call.x.shape())?;
-            arrays.extend([(residual.address(), size_of::<T>()), (sum.address(), size_of::<T>())]);
-            args.second = residual.address();
-            args.sum = sum.address();
+            row.arrays.extend([(residual.address(), size_of::<T>()), (sum.address(), size_of::<T>())]);
+            row.args.second = residual.address();
+            row.args.sum = sum.address();
         }
         if let Some(weight) = &weight {
-            check_column(op, "the weight", weight, cols)?;
-            arrays.push((weight.address(), size_of::<G>()));
-            args.gamma = weight.address();
+            row.args.gamma = column(op, "the weight", weight, cols)?;
+            row.arrays.push((row.args.gamma, size_of::<G>()));
         }
         if let Some(bias) = &bias {
             if kind == NormKind::RmsNorm {
                 invalid!("`{op}` has no bias; drop it (RMSNorm only scales)");
             }
-            check_column(op, "the bias", bias, cols)?;
-            arrays.push((bias.address(), size_of::<G>()));
-            args.beta = bias.address();
+            row.args.beta = column(op, "the bias", bias, cols)?;
+            row.arrays.push((row.args.beta, size_of::<G>()));
         }
         if let Some(mean) = &call.mean {
             if kind == NormKind::RmsNorm {
                 invalid!("`{op}` computes no mean; save only rstd");
             }
-            check_per_row(op, "the mean", mean.shape(), mean.address(), rows)?;
-            args.mean = mean.address();
+            row.args.mean = per_row(op, "the mean", mean, rows)?;
         }
         if let Some(rstd) = &call.rstd {
-            check_per_row(op, "rstd", rstd.shape(), rstd.address(), rows)?;
-            args.rstd = rstd.address();
+            row.args.rstd = per_row(op, "rstd", rstd, rows)?;
         }
-        RowCall {
-            op,
-            kernels: RowKernels::Norm { kind: kernel_kind, dtypes },
-            widest: max_pack(size_of::<T>(), size_of::<U>()),
-            rows,
-            cols,
-            arrays,
-            // The norm kernels have no unaligned edges (gamma and beta are per column).
-            phased: false,
-            args,
-            // x as its own dtype (a residual sum is rounded to it).
-            cache_bytes_per_col: size_of::<T>() as u32,
-            cluster_held_packs: 0,
-            warp_max_cols: WARP_MAX_COLS,
-            column_bytes: column_bytes(&weight, &bias),
-            // The residual add fills its cache through registers (it also writes the sum);
-            // measured, it gains more from L1 for gamma and beta than from resident blocks.
-            columns_before_blocks: call.residual.is_some(),
-            reads_once: false,
-            force: self.force,
-            launch: !self.plan_only,
-            stream,
-        }
-        .run()
+        // The shared path caches x as its own dtype, as the call's default has it (a residual
+        // sum is rounded to it); the norm kernels have no unaligned edges (gamma and beta are
+        // per column), so rows never run from their heads.
+        row.column_bytes = column_bytes(&weight, &bias);
+        // The residual add fills its cache through registers (it also writes the sum);
+        // measured, it gains more from L1 for gamma and beta than from resident blocks.
+        row.columns_before_blocks = call.residual.is_some();
+        row.run()
     }
 
     /// Runs a backward call: `dx`, then dweight and dbias if asked. Returns the plan of
@@ -457,10 +438,20 @@ impl Norm {
             NormKind::LayerNorm => "layer_norm_backward",
             NormKind::RmsNorm => "rms_norm_backward",
         };
-        let (rows, cols) = rows_cols(op, call.x.shape())?;
+        let dtypes = (T::DTYPE, T::DTYPE, G::DTYPE);
+        let args = NormArgs {
+            input: call.x.address(),
+            second: call.dy.address(),
+            output: call.dx.address(),
+            rstd: call.rstd.address(),
+            rms: (kind == NormKind::RmsNorm) as u32,
+            ..NormArgs::default()
+        };
+        let kernels = RowKernels::Norm { kind: NormKernelKind::Backward, dtypes };
+        let mut row = RowCall::new(stream, op, kernels, &call.x, args, self.force, !self.plan_only)?;
+        let (rows, cols) = (row.problem.rows, row.problem.cols);
         same_shape(op, "dy", call.dy.shape(), call.x.shape())?;
         same_shape(op, "dx", call.dx.shape(), call.x.shape())?;
-        let dtypes = (T::DTYPE, T::DTYPE, G::DTYPE);
         if !has_kernels(NormKernelKind::Backward, dtypes) {
             return Err(Error::Unsupported(format!(
                 "`{op}` has no kernel for input {} with weight {}: the weight is f32 or the input's dtype",
@@ -468,79 +459,45 @@ impl Norm {
                 G::DTYPE.name()
             )));
         }
-        check_per_row(op, "rstd", call.rstd.shape(), call.rstd.address(), rows)?;
-        let mut args = NormArgs {
-            input: call.x.address(),
-            second: call.dy.address(),
-            output: call.dx.address(),
-            rstd: call.rstd.address(),
-            inv_cols: (1.0 / cols as f64) as f32,
-            rms: (kind == NormKind::RmsNorm) as u32,
-            ..NormArgs::default()
-        };
+        per_row(op, "rstd", &call.rstd, rows)?;
+        row.args.inv_cols = (1.0 / cols as f64) as f32;
         match (kind, &call.mean) {
-            (NormKind::LayerNorm, Some(mean)) => {
-                check_per_row(op, "the mean", mean.shape(), mean.address(), rows)?;
-                args.mean = mean.address();
-            }
+            (NormKind::LayerNorm, Some(mean)) => row.args.mean = per_row(op, "the mean", mean, rows)?,
             (NormKind::LayerNorm, None) => invalid!("`{op}` needs the forward's per-row mean"),
             (NormKind::RmsNorm, Some(_)) => invalid!("`{op}` takes no mean (RMSNorm does not center)"),
             (NormKind::RmsNorm, None) => {}
         }
-        let mut arrays = vec![
-            (call.x.address(), size_of::<T>()),
-            (call.dy.address(), size_of::<T>()),
-            (call.dx.address(), size_of::<T>()),
-        ];
+        row.arrays.extend([(call.dy.address(), size_of::<T>()), (call.dx.address(), size_of::<T>())]);
         if let Some(weight) = &weight {
-            check_column(op, "the weight", weight, cols)?;
-            arrays.push((weight.address(), size_of::<G>()));
-            args.gamma = weight.address();
+            row.args.gamma = column(op, "the weight", weight, cols)?;
+            row.arrays.push((row.args.gamma, size_of::<G>()));
         }
         if dbias.is_some() && kind == NormKind::RmsNorm {
             invalid!("`{op}` has no bias to differentiate");
         }
         for (what, grad) in [("dweight", &dweight), ("dbias", &dbias)] {
             if let Some(grad) = grad {
-                same_shape(op, what, grad.shape(), &[cols])?;
-                check_aligned(op, what, grad.address(), size_of::<G>() as u64)?;
+                column(op, what, grad, cols)?;
             }
         }
-        let plan = RowCall {
-            op,
-            kernels: RowKernels::Norm { kind: NormKernelKind::Backward, dtypes },
-            widest: max_pack(size_of::<T>(), size_of::<T>()),
-            rows,
-            cols,
-            arrays,
-            // The norm kernels have no unaligned edges (gamma and beta are per column).
-            phased: false,
-            args,
-            // x and dy as they are (normalized and scaled as they are read).
-            cache_bytes_per_col: 2 * size_of::<T>() as u32,
-            cluster_held_packs: 0,
-            warp_max_cols: BACKWARD_WARP_MAX_COLS,
-            column_bytes: column_bytes(&weight, &None),
-            columns_before_blocks: false,
-            reads_once: false,
-            force: self.force,
-            launch: !self.plan_only,
-            stream,
-        }
-        .run()?;
+        // x and dy as they are (normalized and scaled as they are read).
+        row.problem.cache_bytes_per_col = 2 * size_of::<T>() as u32;
+        row.problem.warp_max_cols = BACKWARD_WARP_MAX_COLS;
+        row.column_bytes = column_bytes(&weight, &None);
+        let grad_args = NormParamGradArgs {
+            rows: rows as u64,
+            cols: cols as u64,
+            input: row.args.input,
+            grad: row.args.second,
+            mean: row.args.mean,
+            rstd: row.args.rstd,
+            dgamma: dweight.as_ref().map_or(0, |g| g.address()),
+            dbeta: dbias.as_ref().map_or(0, |b| b.address()),
+            rms: row.args.rms,
+            ..NormParamGradArgs::default()
+        };
+        let plan = row.run()?;
         if !self.plan_only && (dweight.is_some() || dbias.is_some()) {
-            let grad_args = NormParamGradArgs {
-                rows: rows as u64,
-                cols: cols as u64,
-                input: args.input,
-                grad: args.second,
-                mean: args.mean,
-                rstd: args.rstd,
-                dgamma: dweight.as_ref().map_or(0, |g| g.address()),
-                dbeta: dbias.as_ref().map_or(0, |b| b.address()),
-                rms: args.rms,
-                ..NormParamGradArgs::default()
-            };
             // x and dy passed the row kernel's pack check, so its pack serves stage 1.
             param_grads::<T, G>(stream, op, grad_args, plan.pack)?;
         }

@@ -9,13 +9,12 @@
 //! A row of all `-inf` gives NaN, as in PyTorch.
 
 pub use super::rows::check_last_dim;
-use super::rows::dispatch::WARP_MAX_COLS;
 pub use super::rows::dispatch::{Path, PathKind, Plan};
 use super::rows::{RowCall, RowKernels, check_aligned, rows_cols, same_shape};
 use crate::Stream;
 use crate::error::{Result, invalid};
 use crate::tensor::{AsView, AsViewMut, Element, View};
-use rill_kernels_gpu::abi::{SOFTMAX_BACKWARD_HELD_PACKS, SoftmaxArgs, max_pack};
+use rill_kernels_gpu::abi::{SOFTMAX_BACKWARD_HELD_PACKS, SoftmaxArgs};
 use rill_kernels_gpu::table::SoftmaxKind;
 
 /// Softmax-family ops with a choice of implementation; the free functions of this module
@@ -47,6 +46,8 @@ impl Softmax {
         Softmax { plan_only: true, ..self }
     }
 
+    /// A call of `kind` over the rows of `x`, which every softmax kernel reads at the row it
+    /// works on (rows may run from their heads).
     fn call<'a, T: Element>(
         &self,
         stream: &'a Stream,
@@ -54,26 +55,11 @@ impl Softmax {
         kind: SoftmaxKind,
         x: &View<'_, T>,
     ) -> Result<RowCall<'a, SoftmaxArgs>> {
-        let (rows, cols) = rows_cols(op, x.shape())?;
-        Ok(RowCall {
-            op,
-            kernels: RowKernels::Softmax { kind, dtype: T::DTYPE },
-            widest: max_pack(size_of::<T>(), size_of::<T>()),
-            rows,
-            cols,
-            arrays: vec![(x.address(), size_of::<T>())],
-            phased: true,
-            args: SoftmaxArgs { input: x.address(), ..SoftmaxArgs::default() },
-            cache_bytes_per_col: size_of::<T>() as u32,
-            cluster_held_packs: 0,
-            warp_max_cols: WARP_MAX_COLS,
-            column_bytes: 0,
-            columns_before_blocks: false,
-            reads_once: false,
-            force: self.force,
-            launch: !self.plan_only,
-            stream,
-        })
+        let args = SoftmaxArgs { input: x.address(), ..SoftmaxArgs::default() };
+        let kernels = RowKernels::Softmax { kind, dtype: T::DTYPE };
+        let mut call = RowCall::new(stream, op, kernels, x, args, self.force, !self.plan_only)?;
+        call.phased = true;
+        Ok(call)
     }
 
     /// `y = softmax(x)` over the last axis; `log` for log-softmax.
@@ -112,8 +98,8 @@ impl Softmax {
         call.args.second = dy.address();
         call.args.output = dx.address();
         call.args.log = log as u32;
-        call.cache_bytes_per_col = 2 * size_of::<T>() as u32;
-        call.cluster_held_packs = SOFTMAX_BACKWARD_HELD_PACKS as u32;
+        call.problem.cache_bytes_per_col = 2 * size_of::<T>() as u32;
+        call.problem.cluster_held_packs = SOFTMAX_BACKWARD_HELD_PACKS as u32;
         call.run()
     }
 
@@ -132,13 +118,12 @@ impl Softmax {
         let op = "scaled_masked_softmax";
         let mut call = self.call(stream, op, SoftmaxKind::ScaleMask, &x)?;
         same_shape(op, "the output", y.shape(), x.shape())?;
+        let (rows, cols) = (call.problem.rows, call.problem.cols);
         let (mask_rows, mask_cols) = rows_cols(op, mask.shape())?;
-        if mask_cols != call.cols || call.rows % mask_rows != 0 {
+        if mask_cols != cols || rows % mask_rows != 0 {
             invalid!(
-                "`{op}`: the mask has shape {:?}; it needs the input's last dimension ({}) and a row count dividing the input's {} rows",
-                mask.shape(),
-                call.cols,
-                call.rows
+                "`{op}`: the mask has shape {:?}; it needs the input's last dimension ({cols}) and a row count dividing the input's {rows} rows",
+                mask.shape()
             );
         }
         call.arrays.extend([(mask.address(), size_of::<T>()), (y.address(), size_of::<T>())]);
@@ -146,10 +131,10 @@ impl Softmax {
         call.args.output = y.address();
         call.args.period = mask_rows as u64;
         // A broadcast mask row's offset from 16 bytes is not its input row's.
-        call.phased = mask_rows == call.rows;
+        call.phased = mask_rows == rows;
         call.args.scale = scale;
         // The shared path caches x * scale + mask, computed in f32.
-        call.cache_bytes_per_col = 4;
+        call.problem.cache_bytes_per_col = 4;
         call.run()
     }
 
@@ -189,13 +174,13 @@ impl Softmax {
         let (logits, target, loss) = (logits.as_view(), target.as_view(), loss.as_view_mut());
         let op = "cross_entropy";
         let mut call = self.call(stream, op, SoftmaxKind::CrossEntropy, &logits)?;
-        same_shape(op, "the target", target.shape(), &[call.rows])?;
-        same_shape(op, "the loss", loss.shape(), &[call.rows])?;
+        same_shape(op, "the target", target.shape(), &[call.problem.rows])?;
+        same_shape(op, "the loss", loss.shape(), &[call.problem.rows])?;
         check_aligned(op, "the target", target.address(), 8)?;
         check_aligned(op, "the loss", loss.address(), 4)?;
         call.args.target = target.address();
         call.args.row_values = loss.address();
-        call.reads_once = true;
+        call.problem.reads_once = true;
         call.run()
     }
 
@@ -213,7 +198,7 @@ impl Softmax {
         same_shape(op, "the output", out.shape(), &x.shape()[..x.shape().len() - 1])?;
         check_aligned(op, "the output", out.address(), 4)?;
         call.args.row_values = out.address();
-        call.reads_once = true;
+        call.problem.reads_once = true;
         call.run()
     }
 
@@ -230,8 +215,8 @@ impl Softmax {
             (logits.as_view(), target.as_view(), dloss.as_view(), dlogits.as_view_mut());
         let op = "cross_entropy_backward";
         let mut call = self.call(stream, op, SoftmaxKind::CrossEntropyBackward, &logits)?;
-        same_shape(op, "the target", target.shape(), &[call.rows])?;
-        same_shape(op, "the loss gradient", dloss.shape(), &[call.rows])?;
+        same_shape(op, "the target", target.shape(), &[call.problem.rows])?;
+        same_shape(op, "the loss gradient", dloss.shape(), &[call.problem.rows])?;
         same_shape(op, "the logits gradient", dlogits.shape(), logits.shape())?;
         check_aligned(op, "the target", target.address(), 8)?;
         check_aligned(op, "the loss gradient", dloss.address(), 4)?;
@@ -243,81 +228,52 @@ impl Softmax {
     }
 }
 
-/// `y = softmax(x)` over the last axis.
-pub fn softmax<T: Element>(stream: &Stream, x: &impl AsView<T>, y: &mut impl AsViewMut<T>) -> Result<Plan> {
-    Softmax::new().forward(stream, x, y, false)
+/// The module's free functions: each runs its [`Softmax`] method with the dispatcher's choice.
+macro_rules! with_default_choice {
+    ($($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),+) = $method:ident($($pass:expr),+);)+) => {$(
+        $(#[$doc])*
+        pub fn $name<T: Element>(stream: &Stream, $($arg: $ty),+) -> Result<Plan> {
+            Softmax::new().$method(stream, $($pass),+)
+        }
+    )+};
 }
 
-/// `y = log_softmax(x)` over the last axis.
-pub fn log_softmax<T: Element>(stream: &Stream, x: &impl AsView<T>, y: &mut impl AsViewMut<T>) -> Result<Plan> {
-    Softmax::new().forward(stream, x, y, true)
-}
+with_default_choice! {
+    /// `y = softmax(x)` over the last axis.
+    fn softmax(x: &impl AsView<T>, y: &mut impl AsViewMut<T>) = forward(x, y, false);
 
-/// `dx = (dy - sum(dy * y)) * y` from softmax's output `y`.
-pub fn softmax_backward<T: Element>(
-    stream: &Stream,
-    y: &impl AsView<T>,
-    dy: &impl AsView<T>,
-    dx: &mut impl AsViewMut<T>,
-) -> Result<Plan> {
-    Softmax::new().backward(stream, y, dy, dx, false)
-}
+    /// `y = log_softmax(x)` over the last axis.
+    fn log_softmax(x: &impl AsView<T>, y: &mut impl AsViewMut<T>) = forward(x, y, true);
 
-/// `dx = dy - exp(y) * sum(dy)` from log-softmax's output `y`.
-pub fn log_softmax_backward<T: Element>(
-    stream: &Stream,
-    y: &impl AsView<T>,
-    dy: &impl AsView<T>,
-    dx: &mut impl AsViewMut<T>,
-) -> Result<Plan> {
-    Softmax::new().backward(stream, y, dy, dx, true)
-}
+    /// `dx = (dy - sum(dy * y)) * y` from softmax's output `y`.
+    fn softmax_backward(y: &impl AsView<T>, dy: &impl AsView<T>, dx: &mut impl AsViewMut<T>)
+        = backward(y, dy, dx, false);
 
-/// `y = softmax(x * scale + mask)`; see [`Softmax::scale_mask`].
-pub fn scaled_masked_softmax<T: Element>(
-    stream: &Stream,
-    x: &impl AsView<T>,
-    mask: &impl AsView<T>,
-    scale: f32,
-    y: &mut impl AsViewMut<T>,
-) -> Result<Plan> {
-    Softmax::new().scale_mask(stream, x, mask, scale, y)
-}
+    /// `dx = dy - exp(y) * sum(dy)` from log-softmax's output `y`.
+    fn log_softmax_backward(y: &impl AsView<T>, dy: &impl AsView<T>, dx: &mut impl AsViewMut<T>)
+        = backward(y, dy, dx, true);
 
-/// `y = softmax(x * scale)` under a causal mask; see [`Softmax::causal`].
-pub fn scaled_causal_softmax<T: Element>(
-    stream: &Stream,
-    x: &impl AsView<T>,
-    scale: f32,
-    y: &mut impl AsViewMut<T>,
-) -> Result<Plan> {
-    Softmax::new().causal(stream, x, scale, y)
-}
+    /// `y = softmax(x * scale + mask)`; see [`Softmax::scale_mask`].
+    fn scaled_masked_softmax(x: &impl AsView<T>, mask: &impl AsView<T>, scale: f32, y: &mut impl AsViewMut<T>)
+        = scale_mask(x, mask, scale, y);
 
-/// Per-row cross entropy; see [`Softmax::cross_entropy`].
-pub fn cross_entropy<T: Element>(
-    stream: &Stream,
-    logits: &impl AsView<T>,
-    target: &impl AsView<i64>,
-    loss: &mut impl AsViewMut<f32>,
-) -> Result<Plan> {
-    Softmax::new().cross_entropy(stream, logits, target, loss)
-}
+    /// `y = softmax(x * scale)` under a causal mask; see [`Softmax::causal`].
+    fn scaled_causal_softmax(x: &impl AsView<T>, scale: f32, y: &mut impl AsViewMut<T>) = causal(x, scale, y);
 
-/// `ln(sum(e^x))` over the last axis, in f32; see [`Softmax::logsumexp`].
-pub fn logsumexp<T: Element>(stream: &Stream, x: &impl AsView<T>, out: &mut impl AsViewMut<f32>) -> Result<Plan> {
-    Softmax::new().logsumexp(stream, x, out)
-}
+    /// Per-row cross entropy; see [`Softmax::cross_entropy`].
+    fn cross_entropy(logits: &impl AsView<T>, target: &impl AsView<i64>, loss: &mut impl AsViewMut<f32>)
+        = cross_entropy(logits, target, loss);
 
-/// Gradient of [`cross_entropy`]; see [`Softmax::cross_entropy_backward`].
-pub fn cross_entropy_backward<T: Element>(
-    stream: &Stream,
-    logits: &impl AsView<T>,
-    target: &impl AsView<i64>,
-    dloss: &impl AsView<f32>,
-    dlogits: &mut impl AsViewMut<T>,
-) -> Result<Plan> {
-    Softmax::new().cross_entropy_backward(stream, logits, target, dloss, dlogits)
+    /// `ln(sum(e^x))` over the last axis, in f32; see [`Softmax::logsumexp`].
+    fn logsumexp(x: &impl AsView<T>, out: &mut impl AsViewMut<f32>) = logsumexp(x, out);
+
+    /// Gradient of [`cross_entropy`]; see [`Softmax::cross_entropy_backward`].
+    fn cross_entropy_backward(
+        logits: &impl AsView<T>,
+        target: &impl AsView<i64>,
+        dloss: &impl AsView<f32>,
+        dlogits: &mut impl AsViewMut<T>
+    ) = cross_entropy_backward(logits, target, dloss, dlogits);
 }
 
 #[cfg(test)]

@@ -152,10 +152,10 @@ pub struct Problem {
 }
 
 impl Problem {
-    /// Whether the block paths run rows from their heads: their pack is wider than every
-    /// row allows.
-    fn phased(&self) -> bool {
-        self.block_pack > self.pack
+    /// A block path's plan: in the block paths' pack, rows run from their heads where that
+    /// is wider than every row allows.
+    fn block_plan(&self, path: Path, grid: u32) -> Plan {
+        Plan { path, pack: self.block_pack, phased: self.block_pack > self.pack, grid }
     }
 }
 
@@ -262,12 +262,7 @@ fn shared_plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancy<'_>)
             block = candidate;
         }
     }
-    Ok(Some(Plan {
-        path: Path::Shared { block, shared_bytes },
-        pack: problem.block_pack,
-        phased: problem.phased(),
-        grid: block_grid(problem.rows, block, device),
-    }))
+    Ok(Some(problem.block_plan(Path::Shared { block, shared_bytes }, block_grid(problem.rows, block, device))))
 }
 
 /// Waves of resident clusters the cluster path's grid holds. A cluster works through its
@@ -308,12 +303,8 @@ fn cluster_plan(
             let resident = occupancy(cluster, block, bytes as u32)?;
             if resident > 0 {
                 let clusters = (problem.rows as u64).min(resident as u64 * CLUSTER_WAVES as u64).max(1);
-                return Ok(Some(Plan {
-                    path: Path::Cluster { cluster, block, shared_bytes: bytes as u32 },
-                    pack: problem.block_pack,
-                    phased: problem.phased(),
-                    grid: (clusters * cluster as u64) as u32,
-                }));
+                let path = Path::Cluster { cluster, block, shared_bytes: bytes as u32 };
+                return Ok(Some(problem.block_plan(path, (clusters * cluster as u64) as u32)));
             }
         }
     }
@@ -327,23 +318,13 @@ fn cluster_plan(
 /// thread, 43-64%.
 fn streaming_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
     let block = BLOCK_SIZES[0];
-    Plan {
-        path: Path::Uncached { block },
-        pack: problem.block_pack,
-        phased: problem.phased(),
-        grid: block_grid(problem.rows, block, device),
-    }
+    problem.block_plan(Path::Uncached { block }, block_grid(problem.rows, block, device))
 }
 
 fn uncached_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
     // The largest block the kernel allows: more threads per row, more loads in flight.
     let block = BLOCK_SIZES.into_iter().rev().find(|&b| b <= problem.block_limit).unwrap_or(BLOCK_SIZES[0]);
-    Plan {
-        path: Path::Uncached { block },
-        pack: problem.block_pack,
-        phased: problem.phased(),
-        grid: block_grid(problem.rows, block, device),
-    }
+    problem.block_plan(Path::Uncached { block }, block_grid(problem.rows, block, device))
 }
 
 #[cfg(test)]

@@ -8,10 +8,11 @@ use crate::Stream;
 use crate::error::{Result, invalid};
 use crate::launch::{LaunchConfig, active_clusters, launch};
 use crate::module::{Kernel, KernelKey};
-use dispatch::{Occupancies, Problem, plan};
+use crate::tensor::{Element, View};
+use dispatch::{Occupancies, Problem, WARP_MAX_COLS, plan};
 pub use dispatch::{Path, PathKind, Plan};
 use rill_kernels_gpu::abi::DType;
-use rill_kernels_gpu::abi::{CLUSTER_STATIC_SHARED_BYTES, PACK_BYTES, ROW_STATIC_SHARED_BYTES, RowArgs};
+use rill_kernels_gpu::abi::{CLUSTER_STATIC_SHARED_BYTES, PACK_BYTES, ROW_STATIC_SHARED_BYTES, RowArgs, max_pack};
 use rill_kernels_gpu::table::{NormKernelKind, RowPath, SoftmaxKind};
 
 /// Rows and columns of a tensor normalized over its last axis.
@@ -83,8 +84,9 @@ pub(crate) struct RowCall<'a, A: RowArgs> {
     pub kernels: RowKernels,
     /// The widest pack the kernels have (elements per 16-byte access of the widest dtype).
     pub widest: usize,
-    pub rows: usize,
-    pub cols: usize,
+    /// What the planner is asked, but for what [`RowCall::run`] works out from `arrays` and
+    /// the kernels: `pack`, `block_pack` and `block_limit`.
+    pub problem: Problem,
     /// (address, element bytes) of every array read or written in packs along the row; the
     /// pack is the widest only if all are aligned to it (or to 16 bytes, for wider types).
     pub arrays: Vec<(u64, usize)>,
@@ -93,14 +95,6 @@ pub(crate) struct RowCall<'a, A: RowArgs> {
     /// boundary, the block paths run any row in aligned packs from its head.
     pub phased: bool,
     pub args: A,
-    /// Bytes per column the shared path caches: for each cached array, the dtype its load
-    /// holds exactly (the array's own for a plain load, 4 where a fused load computes f32s).
-    pub cache_bytes_per_col: u32,
-    /// Packs of each cached array a cluster kernel's threads keep in registers
-    /// ([`dispatch::Problem::cluster_held_packs`]).
-    pub cluster_held_packs: u32,
-    /// Widest row the warp path is chosen for (see [`dispatch::Problem::warp_max_cols`]).
-    pub warp_max_cols: usize,
     /// Bytes of per-column data every row re-reads (a norm's gamma and beta): on the shared
     /// path, L1 is left that much room, so those reads hit it rather than L2, where that
     /// costs no resident blocks or `columns_before_blocks` says L1 comes first.
@@ -108,9 +102,6 @@ pub(crate) struct RowCall<'a, A: RowArgs> {
     /// Whether L1 room for the column data outranks resident blocks (measured per op: see
     /// [`shared_carveout`]).
     pub columns_before_blocks: bool,
-    /// Whether the op reads each row once ([`dispatch::Problem::reads_once`]).
-    pub reads_once: bool,
-    pub force: Option<PathKind>,
     /// Whether to launch the plan, or only return it (`plan_only` on the ops): everything
     /// before the launch (checks, occupancy questions, the kernel's lookup) runs either way,
     /// so the answer and its errors are the launch's.
@@ -118,10 +109,53 @@ pub(crate) struct RowCall<'a, A: RowArgs> {
     pub stream: &'a Stream,
 }
 
-impl<A: RowArgs> RowCall<'_, A> {
+impl<'a, A: RowArgs> RowCall<'a, A> {
+    /// A call over the rows of `x` (an error where it has none), its only array so far, with
+    /// the defaults the ops change where theirs differ: x's dtype sets the widest pack and
+    /// what the shared path caches per column, the warp path takes rows of up to
+    /// [`WARP_MAX_COLS`], no row runs from its head, no column data is re-read, and rows are
+    /// read more than once.
+    pub(crate) fn new<T: Element>(
+        stream: &'a Stream,
+        op: &'static str,
+        kernels: RowKernels,
+        x: &View<'_, T>,
+        args: A,
+        force: Option<PathKind>,
+        launch: bool,
+    ) -> Result<Self> {
+        let (rows, cols) = rows_cols(op, x.shape())?;
+        let problem = Problem {
+            rows,
+            cols,
+            // Worked out by `run`.
+            pack: 1,
+            block_pack: 1,
+            block_limit: 0,
+            cache_bytes_per_col: size_of::<T>() as u32,
+            cluster_held_packs: 0,
+            warp_max_cols: WARP_MAX_COLS,
+            reads_once: false,
+            force,
+        };
+        Ok(RowCall {
+            op,
+            kernels,
+            widest: max_pack(size_of::<T>(), size_of::<T>()),
+            problem,
+            arrays: vec![(x.address(), size_of::<T>())],
+            phased: false,
+            args,
+            column_bytes: 0,
+            columns_before_blocks: false,
+            launch,
+            stream,
+        })
+    }
+
     pub(crate) fn run(mut self) -> Result<Plan> {
         let widest = self.widest;
-        let aligned = self.cols.is_multiple_of(widest)
+        let aligned = self.problem.cols.is_multiple_of(widest)
             && self.arrays.iter().all(|&(address, bytes)| address % (widest * bytes).min(PACK_BYTES) as u64 == 0);
         let pack = if aligned { widest } else { 1 };
         let phase = if self.phased { shared_phase(&self.arrays, widest) } else { None };
@@ -141,17 +175,16 @@ impl<A: RowArgs> RowCall<'_, A> {
         // SM's shared memory (the launch then leaves L1 what the blocks do not need).
         let first_carveout =
             if self.columns_before_blocks { shared_carveout(0, self.column_bytes, capacity) } else { 100 };
+        let block_kernel = |path| kernel_for(&Plan { path, pack: block_pack, phased, grid: 1 });
         let shared = |block: u32, bytes: u32| {
-            let path = Path::Shared { block, shared_bytes: bytes };
-            let shared = kernel_for(&Plan { path, pack: block_pack, phased, grid: 1 })?;
+            let shared = block_kernel(Path::Shared { block, shared_bytes: bytes })?;
             shared.allow_dynamic_shared(bytes.max(ROW_STATIC_SHARED_BYTES))?;
             shared.prefer_shared_carveout(first_carveout)?;
             shared.blocks_per_multiprocessor(block, bytes)
         };
         // Asked only on GPUs with clusters, when a row does not fit one block.
         let cluster = |cluster: u32, block: u32, bytes: u32| {
-            let path = Path::Cluster { cluster, block, shared_bytes: bytes };
-            let kernel = kernel_for(&Plan { path, pack: block_pack, phased, grid: cluster })?;
+            let kernel = block_kernel(Path::Cluster { cluster, block, shared_bytes: bytes })?;
             if block > kernel.max_threads_per_block {
                 return Ok(0);
             }
@@ -160,22 +193,10 @@ impl<A: RowArgs> RowCall<'_, A> {
                 active_clusters(kernel, LaunchConfig { grid: cluster, block, shared_bytes: bytes, cluster })
             })
         };
-        let block_kernel =
-            |path| kernel_for(&Plan { path, pack: block_pack, phased, grid: 1 }).map(|k| k.max_threads_per_block);
+        let threads = |path| block_kernel(path).map(|kernel| kernel.max_threads_per_block);
         let block_limit =
-            block_kernel(Path::Uncached { block: 0 })?.min(block_kernel(Path::Shared { block: 0, shared_bytes: 0 })?);
-        let problem = Problem {
-            rows: self.rows,
-            cols: self.cols,
-            pack,
-            block_pack,
-            cache_bytes_per_col: self.cache_bytes_per_col,
-            cluster_held_packs: self.cluster_held_packs,
-            block_limit,
-            warp_max_cols: self.warp_max_cols,
-            reads_once: self.reads_once,
-            force: self.force,
-        };
+            threads(Path::Uncached { block: 0 })?.min(threads(Path::Shared { block: 0, shared_bytes: 0 })?);
+        let problem = Problem { pack, block_pack, block_limit, ..self.problem };
         let plan = plan(&problem, gpu.info(), Occupancies { shared: &shared, cluster: &cluster })?;
         let kernel = kernel_for(&plan)?;
         if !self.launch {
@@ -194,8 +215,8 @@ impl<A: RowArgs> RowCall<'_, A> {
             _ => {}
         }
         let shape = self.args.shape_mut();
-        shape.rows = self.rows as u64;
-        shape.cols = self.cols as u64;
+        shape.rows = problem.rows as u64;
+        shape.cols = problem.cols as u64;
         shape.phase = if plan.phased { phase.unwrap_or(0) } else { 0 };
         if let Path::Warp { width, .. } = plan.path {
             shape.width = width;
