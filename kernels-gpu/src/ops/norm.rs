@@ -14,8 +14,8 @@
 
 use super::columns::{self, ColumnTerms, Columns};
 use super::rows::RowSplit;
-use super::rows::backward::{self, RowGradient};
-use super::rows::forward::{self, Accumulate, RowForward, RowPass};
+use super::rows::backward::{BackwardRows, RowGradient};
+use super::rows::forward::{Accumulate, ForwardRows, RowForward, RowPass};
 use crate::abi::{NormArgs, NormParamGradArgs};
 use crate::arch::{GlobalAddr, load_global_nc, rcp, rsqrt};
 use crate::pack::{ColumnLoad, ColumnWords, DirectLoad, DirectStore, Load, LoadOne, Pack, RowMajor, Store, StreamLoad};
@@ -299,7 +299,8 @@ pub unsafe fn forward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PAT
     unsafe {
         let load = StreamLoad(view::<T>(args.input, args.shape.cols));
         let output = DirectStore(view::<U>(args.output, args.shape.cols));
-        forward::run::<_, _, _, P, PATH>(&Forward::<G>::new(args, T::BYTES == 4), &load, &output, &args.shape);
+        let op = Forward::<G>::new(args, T::BYTES == 4);
+        ForwardRows::<_, _, _, P> { op: &op, load: &load, outputs: &output, shape: &args.shape }.run::<PATH>();
     }
 }
 
@@ -314,7 +315,8 @@ pub unsafe fn add_forward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const
             sum: DirectStore(view::<T>(args.sum, cols)),
         };
         let output = DirectStore(view::<U>(args.output, cols));
-        forward::run::<_, _, _, P, PATH>(&Forward::<G>::new(args, true), &load, &output, &args.shape);
+        let op = Forward::<G>::new(args, true);
+        ForwardRows::<_, _, _, P> { op: &op, load: &load, outputs: &output, shape: &args.shape }.run::<PATH>();
     }
 }
 
@@ -480,7 +482,14 @@ pub unsafe fn backward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PA
         let load_g = ScaledGradLoad::<T, G> { dy: DirectLoad(view::<T>(args.second, cols)), gamma: column(args.gamma) };
         let store = DirectStore(view::<U>(args.output, cols));
         let op = Backward { saved: stats, inv_cols: args.inv_cols };
-        backward::run::<_, _, _, _, 2, P, PATH, 0>(&op, &load_xhat, &load_g, &store, &args.shape);
+        let rows = BackwardRows::<_, _, _, _, 2, P> {
+            op: &op,
+            load_a: &load_xhat,
+            load_b: &load_g,
+            store: &store,
+            shape: &args.shape,
+        };
+        rows.run::<PATH, 0>();
     }
 }
 

@@ -8,8 +8,8 @@
 //! ([`RowValue`]): the engine reads each row once and writes a value per row.
 
 use super::rows::RowSplit;
-use super::rows::backward::{self, RowGradient};
-use super::rows::forward::{self, Accumulate, CachedPass, NoElements, RowForward, RowOutput, RowPass, two_pass};
+use super::rows::backward::{BackwardRows, RowGradient};
+use super::rows::forward::{Accumulate, CachedPass, ForwardRows, NoElements, RowForward, RowOutput, RowPass, two_pass};
 use crate::abi::{CROSS_ENTROPY_IGNORE_INDEX, RowShape, SOFTMAX_BACKWARD_HELD_PACKS, SoftmaxArgs};
 use crate::arch::wait_async_copies;
 use crate::math::exp;
@@ -442,7 +442,8 @@ pub unsafe fn forward<T: Scalar, const P: usize, const PATH: RowPath>(args: &Sof
     unsafe {
         let (load, _) = direct::<T, PATH>(args.input, &args.shape);
         let (_, store) = direct::<T, PATH>(args.output, &args.shape);
-        forward::run::<_, _, _, P, PATH>(&elements(args), &load, &store, &args.shape);
+        ForwardRows::<_, _, _, P> { op: &elements(args), load: &load, outputs: &store, shape: &args.shape }
+            .run::<PATH>();
     }
 }
 
@@ -454,13 +455,14 @@ pub unsafe fn backward<T: Scalar, const P: usize, const PATH: RowPath>(args: &So
         let (load_dy, _) = direct::<T, PATH>(args.second, &args.shape);
         let (_, store) = direct::<T, PATH>(args.output, &args.shape);
         let op = Gradient { log: args.log != 0, sum: 0.0 };
-        backward::run::<_, _, _, _, 1, P, PATH, SOFTMAX_BACKWARD_HELD_PACKS>(
-            &op,
-            &load_y,
-            &load_dy,
-            &store,
-            &args.shape,
-        );
+        let rows = BackwardRows::<_, _, _, _, 1, P> {
+            op: &op,
+            load_a: &load_y,
+            load_b: &load_dy,
+            store: &store,
+            shape: &args.shape,
+        };
+        rows.run::<PATH, SOFTMAX_BACKWARD_HELD_PACKS>();
     }
 }
 
@@ -487,7 +489,8 @@ pub unsafe fn scale_mask<T: Scalar, const P: usize, const PATH: RowPath>(args: &
             scale: args.scale,
         };
         let (_, store) = direct::<T, PATH>(args.output, &args.shape);
-        forward::run::<_, _, _, P, PATH>(&elements(args), &load, &store, &args.shape);
+        ForwardRows::<_, _, _, P> { op: &elements(args), load: &load, outputs: &store, shape: &args.shape }
+            .run::<PATH>();
     }
 }
 
@@ -498,7 +501,8 @@ pub unsafe fn causal<T: Scalar, const P: usize, const PATH: RowPath>(args: &Soft
         let load =
             CausalLoad { x: direct::<T, PATH>(args.input, &args.shape).0, period: period(args), scale: args.scale };
         let (_, store) = direct::<T, PATH>(args.output, &args.shape);
-        forward::run::<_, _, _, P, PATH>(&elements(args), &load, &store, &args.shape);
+        ForwardRows::<_, _, _, P> { op: &elements(args), load: &load, outputs: &store, shape: &args.shape }
+            .run::<PATH>();
     }
 }
 
@@ -508,7 +512,8 @@ pub unsafe fn cross_entropy<T: Scalar, const P: usize, const PATH: RowPath>(args
     unsafe {
         let (load, _) = direct::<T, PATH>(args.input, &args.shape);
         let loss = Loss { target: args.target as *const i64, loss: args.row_values as *mut f32, cols: args.shape.cols };
-        forward::run::<_, _, _, P, PATH>(&Softmax { log: false, value: loss }, &load, &NoElements, &args.shape);
+        let op = Softmax { log: false, value: loss };
+        ForwardRows::<_, _, _, P> { op: &op, load: &load, outputs: &NoElements, shape: &args.shape }.run::<PATH>();
     }
 }
 
@@ -518,7 +523,8 @@ pub unsafe fn logsumexp<T: Scalar, const P: usize, const PATH: RowPath>(args: &S
     unsafe {
         let (load, _) = direct::<T, PATH>(args.input, &args.shape);
         let value = LogSumExp { out: args.row_values as *mut f32 };
-        forward::run::<_, _, _, P, PATH>(&Softmax { log: false, value }, &load, &NoElements, &args.shape);
+        let op = Softmax { log: false, value };
+        ForwardRows::<_, _, _, P> { op: &op, load: &load, outputs: &NoElements, shape: &args.shape }.run::<PATH>();
     }
 }
 
@@ -533,6 +539,7 @@ pub unsafe fn cross_entropy_backward<T: Scalar, const P: usize, const PATH: RowP
             dloss: args.row_values as *const f32,
             cols: args.shape.cols,
         };
-        forward::run::<_, _, _, P, PATH>(&elements(args), &load, &grad, &args.shape);
+        ForwardRows::<_, _, _, P> { op: &elements(args), load: &load, outputs: &grad, shape: &args.shape }
+            .run::<PATH>();
     }
 }

@@ -86,174 +86,143 @@ unsafe fn edge<LA: LoadOne, LB: LoadOne, const P: usize, const PHASED: bool>(
         .map(|col| unsafe { (col, load_a.load_one(at.row, col), load_b.load_one(at.row, col)) })
 }
 
-/// Both rows cached in shared memory, split over blocks as `split` says, `HELD` packs of
-/// each per thread in registers ([`HeldRowCache`]).
-#[inline(always)]
-unsafe fn cached<G, LA, LB, S, R, const N: usize, const P: usize, const PHASED: bool, const HELD: usize>(
-    op: &G,
-    load_a: &LA,
-    load_b: &LB,
-    store: &S,
-    shape: &RowShape,
-    split: &R,
-) where
-    G: RowGradient<N>,
-    LA: Load<P> + LoadOne,
-    LB: Load<P> + LoadOne,
-    S: Store<P> + StoreOne,
-    R: RowSplit,
-{
-    let slice = split.slice::<P>(shape);
-    // a's cache, then b's.
-    let cache_a = HeldRowCache::<LA::Exact, P, HELD>::new(dynamic_shared_addr(), slice);
-    let cache_b = HeldRowCache::<LB::Exact, P, HELD>::new(cache_a.end(), slice);
-    // SAFETY (block): the launch sizes shared memory for both caches; each thread touches
-    // only its own packs' slots, so no barrier is needed beyond those in the reductions.
-    split.rows::<P, PHASED>(shape, |at| unsafe {
-        let row = at.row;
-        let edge = edge::<LA, LB, P, PHASED>(load_a, load_b, shape, split, at);
-        cache_a.fill(load_a, at);
-        cache_b.fill(load_b, at);
-        wait_async_copies();
-        let read = |pack, col| (cache_a.read(load_a, at, pack, col), cache_b.read(load_b, at, pack, col));
-        let mut sums = [0.0; N];
-        if let Some((_, a, b)) = edge {
-            unroll::<N>(|k| sums[k] = op.term(k, a, b));
-        }
-        cache_a.packs(at, |pack, col| {
-            let (a, b) = read(pack, col);
-            add_terms(op, &mut sums, a, b);
-        });
-        reduce_sums(split, &mut sums);
-        let grad = op.row(Some(row), &sums);
-        if let Some((col, a, b)) = edge {
-            store.store_one(G::apply(grad, a, b), row, col);
-        }
-        cache_a.packs(at, |pack, col| {
-            let (a, b) = read(pack, col);
-            store.store(unrolled_array(|j| G::apply(grad, a[j], b[j])), row, col);
-            cache_a.prefetch(load_a, at, pack);
-            cache_b.prefetch(load_b, at, pack);
-        });
-    });
+/// One backward call: the op, the loads of its two input rows, the output's store and the
+/// view; its methods are the path bodies.
+pub(crate) struct BackwardRows<'a, G, LA, LB, S, const N: usize, const P: usize> {
+    pub(crate) op: &'a G,
+    pub(crate) load_a: &'a LA,
+    pub(crate) load_b: &'a LB,
+    pub(crate) store: &'a S,
+    pub(crate) shape: &'a RowShape,
 }
 
-/// Both rows re-read from global memory, a block per row.
-#[inline(always)]
-unsafe fn uncached<G, LA, LB, S, const N: usize, const P: usize, const PHASED: bool>(
-    op: &G,
-    load_a: &LA,
-    load_b: &LB,
-    store: &S,
-    shape: &RowShape,
-) where
+impl<G, LA, LB, S, const N: usize, const P: usize> BackwardRows<'_, G, LA, LB, S, N, P>
+where
     G: RowGradient<N>,
     LA: Load<P> + LoadOne,
     LB: Load<P> + LoadOne,
     S: Store<P> + StoreOne,
 {
-    let slice = Slice::whole::<P>(shape);
-    // SAFETY (block): every column visited is a pack or an edge element inside the row.
-    BlockSplit.rows::<P, PHASED>(shape, |at| unsafe {
-        let (row, slice) = (at.row, slice.in_row(at));
-        let edge = edge::<LA, LB, P, PHASED>(load_a, load_b, shape, &BlockSplit, at);
-        let fetch = |col| (load_a.fetch(row, col), load_b.fetch(row, col));
-        let convert = |(a, b), col| (load_a.convert(a, row, col), load_b.convert(b, row, col));
-        let mut sums = [0.0; N];
-        if let Some((_, a, b)) = edge {
-            unroll::<N>(|k| sums[k] = op.term(k, a, b));
-        }
-        block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| {
-            let (a, b) = convert(fetched, col);
-            add_terms(op, &mut sums, a, b);
-        });
-        reduce_sums(&BlockSplit, &mut sums);
-        let grad = op.row(Some(row), &sums);
-        if let Some((col, a, b)) = edge {
-            store.store_one(G::apply(grad, a, b), row, col);
-        }
-        block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| {
-            let (a, b) = convert(fetched, col);
-            store.store(unrolled_array(|j| G::apply(grad, a[j], b[j])), row, col)
-        });
-    });
-}
-
-/// Both rows in registers, `E` elements per lane (two rows per access in the narrowest
-/// tier); padding loads as 0 in both, so it must add nothing to the sums.
-#[inline(always)]
-unsafe fn warp<G, LA, LB, S, const N: usize, const P: usize, const E: usize>(
-    op: &G,
-    load_a: &LA,
-    load_b: &LB,
-    store: &S,
-    shape: &RowShape,
-) where
-    G: RowGradient<N>,
-    LA: Load<P>,
-    LB: Load<P>,
-    S: Store<P>,
-{
-    let at = WarpRows::new::<E>(shape);
-    // SAFETY (block): loads and stores stay in range (warp_load, warp_store), and the whole
-    // warp runs the same iterations.
-    at.for_each_access(shape.rows, |first| unsafe {
-        let a = warp_load::<LA, P, E>(load_a, &at, first, shape, 0.0);
-        let b = warp_load::<LB, P, E>(load_b, &at, first, shape, 0.0);
-        let sums: [[f32; 2]; N] =
-            unrolled_array(|k| warp_row_reduce::<Sum, E>(|r, i| op.term(k, a[r][i], b[r][i]), at.width));
-        let grad: [G::Row; 2] = unrolled_array(|r| {
-            let row = at.holds::<E>(r, first, shape.rows).then_some(first + r as u64);
-            op.row(row, &unrolled_array(|k| sums[k][r]))
-        });
-        warp_store::<S, _, P, E>(
-            store,
-            &at,
-            first,
-            shape,
-            |_| (),
-            |r, i, ()| unrolled_array(|j| G::apply(grad[r], a[r][i + j], b[r][i + j])),
-        );
-    });
-}
-
-/// The backward body of path `PATH`, `HELD` packs of each row per thread in registers on
-/// the cluster path (see [`HeldRowCache`]).
-///
-/// # Safety
-/// The loads and the store must cover `shape`'s rows, the launch have `PATH`'s geometry, and
-/// rows not aligned to `P` come only with a phased or warp path.
-#[inline(always)]
-pub(crate) unsafe fn run<G, LA, LB, S, const N: usize, const P: usize, const PATH: RowPath, const HELD: usize>(
-    op: &G,
-    load_a: &LA,
-    load_b: &LB,
-    store: &S,
-    shape: &RowShape,
-) where
-    G: RowGradient<N>,
-    LA: Load<P> + LoadOne,
-    LB: Load<P> + LoadOne,
-    S: Store<P> + StoreOne,
-{
-    // SAFETY: forwarded to the caller.
-    unsafe {
-        match PATH {
-            RowPath::Uncached => uncached::<G, LA, LB, S, N, P, false>(op, load_a, load_b, store, shape),
-            RowPath::UncachedPhased => uncached::<G, LA, LB, S, N, P, true>(op, load_a, load_b, store, shape),
-            RowPath::Shared => cached::<G, LA, LB, S, _, N, P, false, 0>(op, load_a, load_b, store, shape, &BlockSplit),
-            RowPath::SharedPhased => {
-                cached::<G, LA, LB, S, _, N, P, true, 0>(op, load_a, load_b, store, shape, &BlockSplit)
+    /// Both rows cached in shared memory, split over blocks as `split` says, `HELD` packs of
+    /// each per thread in registers ([`HeldRowCache`]).
+    #[inline(always)]
+    unsafe fn cached<R: RowSplit, const PHASED: bool, const HELD: usize>(&self, split: &R) {
+        let &BackwardRows { op, load_a, load_b, store, shape } = self;
+        let slice = split.slice::<P>(shape);
+        // a's cache, then b's.
+        let cache_a = HeldRowCache::<LA::Exact, P, HELD>::new(dynamic_shared_addr(), slice);
+        let cache_b = HeldRowCache::<LB::Exact, P, HELD>::new(cache_a.end(), slice);
+        // SAFETY (block): the launch sizes shared memory for both caches; each thread touches
+        // only its own packs' slots, so no barrier is needed beyond those in the reductions.
+        split.rows::<P, PHASED>(shape, |at| unsafe {
+            let row = at.row;
+            let edge = edge::<LA, LB, P, PHASED>(load_a, load_b, shape, split, at);
+            cache_a.fill(load_a, at);
+            cache_b.fill(load_b, at);
+            wait_async_copies();
+            let read = |pack, col| (cache_a.read(load_a, at, pack, col), cache_b.read(load_b, at, pack, col));
+            let mut sums = [0.0; N];
+            if let Some((_, a, b)) = edge {
+                unroll::<N>(|k| sums[k] = op.term(k, a, b));
             }
-            #[cfg(feature = "cluster")]
-            RowPath::Cluster => ClusterSplit::run(|split| {
-                cached::<G, LA, LB, S, _, N, P, false, HELD>(op, load_a, load_b, store, shape, split)
-            }),
-            #[cfg(feature = "cluster")]
-            RowPath::ClusterPhased => ClusterSplit::run(|split| {
-                cached::<G, LA, LB, S, _, N, P, true, HELD>(op, load_a, load_b, store, shape, split)
-            }),
-            _ => on_warp_path!(PATH, E => warp::<G, LA, LB, S, N, P, E>(op, load_a, load_b, store, shape)),
+            cache_a.packs(at, |pack, col| {
+                let (a, b) = read(pack, col);
+                add_terms(op, &mut sums, a, b);
+            });
+            reduce_sums(split, &mut sums);
+            let grad = op.row(Some(row), &sums);
+            if let Some((col, a, b)) = edge {
+                store.store_one(G::apply(grad, a, b), row, col);
+            }
+            cache_a.packs(at, |pack, col| {
+                let (a, b) = read(pack, col);
+                store.store(unrolled_array(|j| G::apply(grad, a[j], b[j])), row, col);
+                cache_a.prefetch(load_a, at, pack);
+                cache_b.prefetch(load_b, at, pack);
+            });
+        });
+    }
+
+    /// Both rows re-read from global memory, a block per row.
+    #[inline(always)]
+    unsafe fn uncached<const PHASED: bool>(&self) {
+        let &BackwardRows { op, load_a, load_b, store, shape } = self;
+        let slice = Slice::whole::<P>(shape);
+        // SAFETY (block): every column visited is a pack or an edge element inside the row.
+        BlockSplit.rows::<P, PHASED>(shape, |at| unsafe {
+            let (row, slice) = (at.row, slice.in_row(at));
+            let edge = edge::<LA, LB, P, PHASED>(load_a, load_b, shape, &BlockSplit, at);
+            let fetch = |col| (load_a.fetch(row, col), load_b.fetch(row, col));
+            let convert = |(a, b), col| (load_a.convert(a, row, col), load_b.convert(b, row, col));
+            let mut sums = [0.0; N];
+            if let Some((_, a, b)) = edge {
+                unroll::<N>(|k| sums[k] = op.term(k, a, b));
+            }
+            block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| {
+                let (a, b) = convert(fetched, col);
+                add_terms(op, &mut sums, a, b);
+            });
+            reduce_sums(&BlockSplit, &mut sums);
+            let grad = op.row(Some(row), &sums);
+            if let Some((col, a, b)) = edge {
+                store.store_one(G::apply(grad, a, b), row, col);
+            }
+            block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| {
+                let (a, b) = convert(fetched, col);
+                store.store(unrolled_array(|j| G::apply(grad, a[j], b[j])), row, col)
+            });
+        });
+    }
+
+    /// Both rows in registers, `E` elements per lane (two rows per access in the narrowest
+    /// tier); padding loads as 0 in both, so it must add nothing to the sums.
+    #[inline(always)]
+    unsafe fn warp<const E: usize>(&self) {
+        let &BackwardRows { op, load_a, load_b, store, shape } = self;
+        let at = WarpRows::new::<E>(shape);
+        // SAFETY (block): loads and stores stay in range (warp_load, warp_store), and the whole
+        // warp runs the same iterations.
+        at.for_each_access(shape.rows, |first| unsafe {
+            let a = warp_load::<LA, P, E>(load_a, &at, first, shape, 0.0);
+            let b = warp_load::<LB, P, E>(load_b, &at, first, shape, 0.0);
+            let sums: [[f32; 2]; N] =
+                unrolled_array(|k| warp_row_reduce::<Sum, E>(|r, i| op.term(k, a[r][i], b[r][i]), at.width));
+            let grad: [G::Row; 2] = unrolled_array(|r| {
+                let row = at.holds::<E>(r, first, shape.rows).then_some(first + r as u64);
+                op.row(row, &unrolled_array(|k| sums[k][r]))
+            });
+            warp_store::<S, _, P, E>(
+                store,
+                &at,
+                first,
+                shape,
+                |_| (),
+                |r, i, ()| unrolled_array(|j| G::apply(grad[r], a[r][i + j], b[r][i + j])),
+            );
+        });
+    }
+
+    /// The backward body of path `PATH`, `HELD` packs of each row per thread in registers on
+    /// the cluster path (see [`HeldRowCache`]).
+    ///
+    /// # Safety
+    /// The loads and the store must cover `shape`'s rows, the launch have `PATH`'s geometry, and
+    /// rows not aligned to `P` come only with a phased or warp path.
+    #[inline(always)]
+    pub(crate) unsafe fn run<const PATH: RowPath, const HELD: usize>(&self) {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            match PATH {
+                RowPath::Uncached => self.uncached::<false>(),
+                RowPath::UncachedPhased => self.uncached::<true>(),
+                RowPath::Shared => self.cached::<_, false, 0>(&BlockSplit),
+                RowPath::SharedPhased => self.cached::<_, true, 0>(&BlockSplit),
+                #[cfg(feature = "cluster")]
+                RowPath::Cluster => ClusterSplit::run(|split| self.cached::<_, false, HELD>(split)),
+                #[cfg(feature = "cluster")]
+                RowPath::ClusterPhased => ClusterSplit::run(|split| self.cached::<_, true, HELD>(split)),
+                _ => on_warp_path!(PATH, E => self.warp::<E>()),
+            }
         }
     }
 }

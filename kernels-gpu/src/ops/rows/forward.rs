@@ -332,200 +332,171 @@ unsafe fn output_one<O: RowForward>(op: &O, stats: O::Stats, x: f32, col: u64) -
     op.output::<1>(stats, [x], false, op.prepare(unsafe { op.fetch_params::<1>(col) }))[0]
 }
 
-/// Each row in registers, `E` elements per lane (two rows per access in the narrowest
-/// tier).
-#[inline(always)]
-unsafe fn warp<O, L, Out, const P: usize, const E: usize>(op: &O, load: &L, outputs: &Out, shape: &RowShape)
+/// One forward call: the op, the load of its rows, its outputs and the view; its methods
+/// are the path bodies.
+pub(crate) struct ForwardRows<'a, O, L, Out, const P: usize> {
+    pub(crate) op: &'a O,
+    pub(crate) load: &'a L,
+    pub(crate) outputs: &'a Out,
+    pub(crate) shape: &'a RowShape,
+}
+
+impl<O, L, Out, const P: usize> ForwardRows<'_, O, L, Out, P>
 where
     O: RowForward,
     L: Load<P> + LoadOne,
     Out: RowOutput<P>,
 {
-    let at = WarpRows::new::<E>(shape);
-    // SAFETY (block): loads and stores stay in range (warp_load, warp_store), and the whole
-    // warp runs the same iterations.
-    at.for_each_access(shape.rows, |first| unsafe {
-        let mut buf = warp_load::<L, P, E>(load, &at, first, shape, O::Center::IDENTITY);
-        let center = if op.centers() {
-            warp_row_reduce::<O::Center, E>(|r, i| buf[r][i], at.width).map(|total| op.center(total))
-        } else {
-            [0.0; 2]
-        };
-        let spread = warp_row_reduce::<Sum, E>(
-            // A branch, not a select of a spread computed anyway: LLVM then merges a pack's
-            // branches into one, a select a pack rather than an element (the norms' warp
-            // kernels, 6-18 instructions).
-            |r, i| {
-                if !O::MASKS_PADDING || at.in_row::<P>(i, shape.cols) {
-                    let spread = op.spread(buf[r][i], center[r]);
-                    buf[r][i] = op.keep(buf[r][i], spread);
-                    spread
-                } else {
-                    0.0
-                }
-            },
-            at.width,
-        );
-        let stats = [op.stats(center[0], spread[0]), op.stats(center[1], spread[1])];
-        if at.lane == 0 {
-            unroll::<2>(|r| {
-                if at.holds::<E>(r, first, shape.rows) {
-                    op.write_row(load, first + r as u64, stats[r]);
-                }
-            });
-        }
-        if O::ELEMENTS {
-            warp_store::<_, _, P, E>(
-                &EachPack(outputs),
-                &at,
-                first,
-                shape,
-                |_| (),
-                |r, i, ()| {
-                    let params = op.prepare(op.fetch_params::<P>(at.col::<P>(i)));
-                    op.output(stats[r], unrolled_array(|j| buf[r][i + j]), true, params)
+    /// Each row in registers, `E` elements per lane (two rows per access in the narrowest
+    /// tier).
+    #[inline(always)]
+    unsafe fn warp<const E: usize>(&self) {
+        let &ForwardRows { op, load, outputs, shape } = self;
+        let at = WarpRows::new::<E>(shape);
+        // SAFETY (block): loads and stores stay in range (warp_load, warp_store), and the whole
+        // warp runs the same iterations.
+        at.for_each_access(shape.rows, |first| unsafe {
+            let mut buf = warp_load::<L, P, E>(load, &at, first, shape, O::Center::IDENTITY);
+            let center = if op.centers() {
+                warp_row_reduce::<O::Center, E>(|r, i| buf[r][i], at.width).map(|total| op.center(total))
+            } else {
+                [0.0; 2]
+            };
+            let spread = warp_row_reduce::<Sum, E>(
+                // A branch, not a select of a spread computed anyway: LLVM then merges a pack's
+                // branches into one, a select a pack rather than an element (the norms' warp
+                // kernels, 6-18 instructions).
+                |r, i| {
+                    if !O::MASKS_PADDING || at.in_row::<P>(i, shape.cols) {
+                        let spread = op.spread(buf[r][i], center[r]);
+                        buf[r][i] = op.keep(buf[r][i], spread);
+                        spread
+                    } else {
+                        0.0
+                    }
                 },
+                at.width,
             );
-        }
-    });
-}
+            let stats = [op.stats(center[0], spread[0]), op.stats(center[1], spread[1])];
+            if at.lane == 0 {
+                unroll::<2>(|r| {
+                    if at.holds::<E>(r, first, shape.rows) {
+                        op.write_row(load, first + r as u64, stats[r]);
+                    }
+                });
+            }
+            if O::ELEMENTS {
+                warp_store::<_, _, P, E>(
+                    &EachPack(outputs),
+                    &at,
+                    first,
+                    shape,
+                    |_| (),
+                    |r, i, ()| {
+                        let params = op.prepare(op.fetch_params::<P>(at.col::<P>(i)));
+                        op.output(stats[r], unrolled_array(|j| buf[r][i + j]), true, params)
+                    },
+                );
+            }
+        });
+    }
 
-/// The row cached in shared memory, split over blocks as `split` says (a block, or a
-/// cluster of blocks each holding a slice). A thread's element outside the row's aligned
-/// packs ([`RowSplit::edge`]) stays in a register.
-#[inline(always)]
-unsafe fn cached<O, L, Out, R, const P: usize, const PHASED: bool>(
-    op: &O,
-    load: &L,
-    outputs: &Out,
-    shape: &RowShape,
-    split: &R,
-) where
-    O: RowForward,
-    L: Load<P> + LoadOne,
-    Out: RowOutput<P>,
-    R: RowSplit,
-{
-    let slice = split.slice::<P>(shape);
-    let cache = RowCache::<L::Exact, P>::new(dynamic_shared_addr(), slice);
-    // SAFETY (block): the launch sizes shared memory for the cache; each thread touches only
-    // its own packs' slots, so no barrier is needed beyond those in the reductions. Edges
-    // are elements of the row.
-    split.rows::<P, PHASED>(shape, |at| unsafe {
-        let (row, slice) = (at.row, slice.in_row(at));
-        let edge = split.edge::<P, PHASED>(shape, at).map(|col| (col, load.load_one(row, col)));
-        let store = outputs.row(row);
-        cache.fill(load, at);
-        let stats = op.cached_stats(split, &CachedPass { cache: &cache, load, at, slice, edge: edge.map(|e| e.1) });
-        if thread_idx_x() == 0 && split.leads() {
-            op.write_row(load, row, stats);
-        }
-        if let Some((col, x)) = edge {
-            store.store_one(output_one(op, stats, x, col), row, col);
-        }
-        let output = |local, col, params| {
-            let params = op.prepare(params);
-            let v = cache.read(load, at, local);
-            store.store(op.output(stats, v, false, params), row, col);
-            cache.prefetch(load, at, local);
-        };
-        let fetch = |col| op.fetch_params::<P>(col);
-        if op.batches_params() {
-            block_packs_loaded::<P, _>(slice, fetch, output);
-        } else {
-            block_packs::<P>(slice, |local, col| output(local, col, fetch(col)));
-        }
-    });
-}
-
-/// The row read from global memory, once for the statistics and (where the op has
-/// element outputs) again for the outputs, split over blocks as `split` says.
-#[inline(always)]
-unsafe fn streamed<O, L, Out, R, const P: usize, const PHASED: bool>(
-    op: &O,
-    load: &L,
-    outputs: &Out,
-    shape: &RowShape,
-    split: &R,
-) where
-    O: RowForward,
-    L: Load<P> + LoadOne,
-    Out: RowOutput<P>,
-    R: RowSplit,
-{
-    let slice = split.slice::<P>(shape);
-    // SAFETY (block): every column visited is a pack or an edge element inside the row.
-    split.rows::<P, PHASED>(shape, |at| unsafe {
-        let (row, slice) = (at.row, slice.in_row(at));
-        let edge = split.edge::<P, PHASED>(shape, at).map(|col| (col, load.load_one(row, col)));
-        let stats = op.streamed_stats(split, &StreamedPass { load, row, slice, edge: edge.map(|e| e.1) });
-        if thread_idx_x() == 0 && split.leads() {
-            op.write_row(load, row, stats);
-        }
-        if O::ELEMENTS {
+    /// The row cached in shared memory, split over blocks as `split` says (a block, or a
+    /// cluster of blocks each holding a slice). A thread's element outside the row's aligned
+    /// packs ([`RowSplit::edge`]) stays in a register.
+    #[inline(always)]
+    unsafe fn cached<R: RowSplit, const PHASED: bool>(&self, split: &R) {
+        let &ForwardRows { op, load, outputs, shape } = self;
+        let slice = split.slice::<P>(shape);
+        let cache = RowCache::<L::Exact, P>::new(dynamic_shared_addr(), slice);
+        // SAFETY (block): the launch sizes shared memory for the cache; each thread touches only
+        // its own packs' slots, so no barrier is needed beyond those in the reductions. Edges
+        // are elements of the row.
+        split.rows::<P, PHASED>(shape, |at| unsafe {
+            let (row, slice) = (at.row, slice.in_row(at));
+            let edge = split.edge::<P, PHASED>(shape, at).map(|col| (col, load.load_one(row, col)));
+            let store = outputs.row(row);
+            cache.fill(load, at);
+            let stats = op.cached_stats(split, &CachedPass { cache: &cache, load, at, slice, edge: edge.map(|e| e.1) });
+            if thread_idx_x() == 0 && split.leads() {
+                op.write_row(load, row, stats);
+            }
             if let Some((col, x)) = edge {
-                outputs.row(row).store_one(output_one(op, stats, x, col), row, col);
+                store.store_one(output_one(op, stats, x, col), row, col);
             }
-            let store = EachPack(outputs);
-            block_packs_loaded::<P, _>(
-                slice,
-                |col| (load.fetch(row, col), op.fetch_params::<P>(col)),
-                |_, col, (fetched, params)| {
-                    let x = load.convert(fetched, row, col);
-                    store.store(op.output(stats, x, false, op.prepare(params)), row, col)
-                },
-            );
-        }
-    });
-}
+            let output = |local, col, params| {
+                let params = op.prepare(params);
+                let v = cache.read(load, at, local);
+                store.store(op.output(stats, v, false, params), row, col);
+                cache.prefetch(load, at, local);
+            };
+            let fetch = |col| op.fetch_params::<P>(col);
+            if op.batches_params() {
+                block_packs_loaded::<P, _>(slice, fetch, output);
+            } else {
+                block_packs::<P>(slice, |local, col| output(local, col, fetch(col)));
+            }
+        });
+    }
 
-/// The forward body of path `PATH`. An op without element outputs streams its rows on the
-/// block paths (the statistics read each row once; a cache would buy nothing).
-///
-/// # Safety
-/// The load and the outputs must cover `shape`'s rows, the launch have `PATH`'s geometry,
-/// and rows not aligned to `P` come only with a phased or warp path.
-#[inline(always)]
-pub(crate) unsafe fn run<O, L, Out, const P: usize, const PATH: RowPath>(
-    op: &O,
-    load: &L,
-    outputs: &Out,
-    shape: &RowShape,
-) where
-    O: RowForward,
-    L: Load<P> + LoadOne,
-    Out: RowOutput<P>,
-{
-    // SAFETY: forwarded to the caller.
-    unsafe {
-        match PATH {
-            RowPath::Uncached => streamed::<O, L, Out, _, P, false>(op, load, outputs, shape, &BlockSplit),
-            RowPath::UncachedPhased => streamed::<O, L, Out, _, P, true>(op, load, outputs, shape, &BlockSplit),
-            RowPath::Shared if !O::ELEMENTS => {
-                streamed::<O, L, Out, _, P, false>(op, load, outputs, shape, &BlockSplit)
+    /// The row read from global memory, once for the statistics and (where the op has
+    /// element outputs) again for the outputs, split over blocks as `split` says.
+    #[inline(always)]
+    unsafe fn streamed<R: RowSplit, const PHASED: bool>(&self, split: &R) {
+        let &ForwardRows { op, load, outputs, shape } = self;
+        let slice = split.slice::<P>(shape);
+        // SAFETY (block): every column visited is a pack or an edge element inside the row.
+        split.rows::<P, PHASED>(shape, |at| unsafe {
+            let (row, slice) = (at.row, slice.in_row(at));
+            let edge = split.edge::<P, PHASED>(shape, at).map(|col| (col, load.load_one(row, col)));
+            let stats = op.streamed_stats(split, &StreamedPass { load, row, slice, edge: edge.map(|e| e.1) });
+            if thread_idx_x() == 0 && split.leads() {
+                op.write_row(load, row, stats);
             }
-            RowPath::SharedPhased if !O::ELEMENTS => {
-                streamed::<O, L, Out, _, P, true>(op, load, outputs, shape, &BlockSplit)
+            if O::ELEMENTS {
+                if let Some((col, x)) = edge {
+                    outputs.row(row).store_one(output_one(op, stats, x, col), row, col);
+                }
+                let store = EachPack(outputs);
+                block_packs_loaded::<P, _>(
+                    slice,
+                    |col| (load.fetch(row, col), op.fetch_params::<P>(col)),
+                    |_, col, (fetched, params)| {
+                        let x = load.convert(fetched, row, col);
+                        store.store(op.output(stats, x, false, op.prepare(params)), row, col)
+                    },
+                );
             }
-            RowPath::Shared => cached::<O, L, Out, _, P, false>(op, load, outputs, shape, &BlockSplit),
-            RowPath::SharedPhased => cached::<O, L, Out, _, P, true>(op, load, outputs, shape, &BlockSplit),
-            #[cfg(feature = "cluster")]
-            RowPath::Cluster => ClusterSplit::run(|split| {
-                if O::ELEMENTS {
-                    cached::<O, L, Out, _, P, false>(op, load, outputs, shape, split)
-                } else {
-                    streamed::<O, L, Out, _, P, false>(op, load, outputs, shape, split)
-                }
-            }),
-            #[cfg(feature = "cluster")]
-            RowPath::ClusterPhased => ClusterSplit::run(|split| {
-                if O::ELEMENTS {
-                    cached::<O, L, Out, _, P, true>(op, load, outputs, shape, split)
-                } else {
-                    streamed::<O, L, Out, _, P, true>(op, load, outputs, shape, split)
-                }
-            }),
-            _ => on_warp_path!(PATH, E => warp::<O, L, Out, P, E>(op, load, outputs, shape)),
+        });
+    }
+
+    /// The forward body of path `PATH`. An op without element outputs streams its rows on the
+    /// block paths (the statistics read each row once; a cache would buy nothing).
+    ///
+    /// # Safety
+    /// The load and the outputs must cover `shape`'s rows, the launch have `PATH`'s geometry,
+    /// and rows not aligned to `P` come only with a phased or warp path.
+    #[inline(always)]
+    pub(crate) unsafe fn run<const PATH: RowPath>(&self) {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            match PATH {
+                RowPath::Uncached => self.streamed::<_, false>(&BlockSplit),
+                RowPath::UncachedPhased => self.streamed::<_, true>(&BlockSplit),
+                RowPath::Shared if !O::ELEMENTS => self.streamed::<_, false>(&BlockSplit),
+                RowPath::SharedPhased if !O::ELEMENTS => self.streamed::<_, true>(&BlockSplit),
+                RowPath::Shared => self.cached::<_, false>(&BlockSplit),
+                RowPath::SharedPhased => self.cached::<_, true>(&BlockSplit),
+                #[cfg(feature = "cluster")]
+                RowPath::Cluster => ClusterSplit::run(|split| {
+                    if O::ELEMENTS { self.cached::<_, false>(split) } else { self.streamed::<_, false>(split) }
+                }),
+                #[cfg(feature = "cluster")]
+                RowPath::ClusterPhased => ClusterSplit::run(|split| {
+                    if O::ELEMENTS { self.cached::<_, true>(split) } else { self.streamed::<_, true>(split) }
+                }),
+                _ => on_warp_path!(PATH, E => self.warp::<E>()),
+            }
         }
     }
 }
