@@ -48,6 +48,15 @@ fn add_terms<G: RowGradient<N>, const N: usize, const P: usize>(op: &G, sums: &m
     });
 }
 
+/// Starts a thread's sums of a row from its edge element (`PHASED` rows), or at 0.
+/// Written in place: sums returned as an array came back packed in one integer word.
+#[inline(always)]
+fn start_sums<G: RowGradient<N>, const N: usize>(op: &G, sums: &mut [f32; N], edge: Option<(u64, f32, f32)>) {
+    if let Some((_, a, b)) = edge {
+        unroll::<N>(|k| sums[k] = op.term(k, a, b));
+    }
+}
+
 /// Sums `sums` over every thread of the blocks sharing a row, in place: two sums at once
 /// where the split merges reductions ([`RowSplit::MERGES_REDUCTIONS`]), else one after the
 /// other.
@@ -122,9 +131,7 @@ where
             wait_async_copies();
             let read = |pack, col| (cache_a.read(load_a, at, pack, col), cache_b.read(load_b, at, pack, col));
             let mut sums = [0.0; N];
-            if let Some((_, a, b)) = edge {
-                unroll::<N>(|k| sums[k] = op.term(k, a, b));
-            }
+            start_sums(op, &mut sums, edge);
             cache_a.packs(at, |pack, col| {
                 let (a, b) = read(pack, col);
                 add_terms(op, &mut sums, a, b);
@@ -155,9 +162,7 @@ where
             let fetch = |col| (load_a.fetch(row, col), load_b.fetch(row, col));
             let convert = |(a, b), col| (load_a.convert(a, row, col), load_b.convert(b, row, col));
             let mut sums = [0.0; N];
-            if let Some((_, a, b)) = edge {
-                unroll::<N>(|k| sums[k] = op.term(k, a, b));
-            }
+            start_sums(op, &mut sums, edge);
             block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| {
                 let (a, b) = convert(fetched, col);
                 add_terms(op, &mut sums, a, b);
