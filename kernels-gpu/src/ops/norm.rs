@@ -80,21 +80,6 @@ impl<G: Scalar> Forward<G> {
     fn mean(&self, sum: f32) -> f32 {
         if self.rms { 0.0 } else { sum * self.inv_cols }
     }
-
-    /// # Safety
-    /// `row` must be a row of the view; one thread per row calls it.
-    #[inline(always)]
-    unsafe fn write(&self, row: u64, stats: Stats) {
-        // SAFETY: the per-row arrays, where given, hold `rows` f32s.
-        unsafe {
-            if !self.mean.is_null() && !self.rms {
-                self.mean.add(row as usize).write(stats.mean);
-            }
-            if !self.rstd.is_null() {
-                self.rstd.add(row as usize).write(stats.rstd);
-            }
-        }
-    }
 }
 
 impl<G: Scalar> RowForward for Forward<G> {
@@ -175,10 +160,18 @@ impl<G: Scalar> RowForward for Forward<G> {
         self.batched
     }
 
+    /// The mean (LayerNorm only) and rstd, where their arrays are given.
     #[inline(always)]
     unsafe fn write_row<L: LoadOne>(&self, _load: &L, row: u64, stats: Stats) {
-        // SAFETY: forwarded.
-        unsafe { self.write(row, stats) }
+        // SAFETY: the per-row arrays, where given, hold `rows` f32s.
+        unsafe {
+            if !self.mean.is_null() && !self.rms {
+                self.mean.add(row as usize).write(stats.mean);
+            }
+            if !self.rstd.is_null() {
+                self.rstd.add(row as usize).write(stats.rstd);
+            }
+        }
     }
 
     /// One read: RMSNorm sums squares; LayerNorm merges each pack's exact moments.
