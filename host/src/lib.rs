@@ -30,5 +30,5 @@ pub use launch::{LaunchConfig, WAVES, grid_stride_blocks};
 pub use module::{KernelKey, Module, ptx};
 #[cfg(feature = "norm-ladder")]
 pub use ops::norm_ladder;
-pub use ops::{elementwise, norm, softmax};
+pub use ops::{batch_norm, elementwise, norm, softmax};
 pub use tensor::{AsView, AsViewMut, DType, Element, Tensor, View, ViewMut, copy};

@@ -25,6 +25,7 @@ pub fn ptx(module: Module) -> Option<&'static str> {
         #[cfg(not(feature = "norm-ladder"))]
         Module::NormLadder => None,
         Module::Cluster => Some(include_str!(concat!(env!("OUT_DIR"), "/cluster.ptx"))),
+        Module::BatchNorm => Some(include_str!(concat!(env!("OUT_DIR"), "/batch_norm.ptx"))),
     }
 }
 

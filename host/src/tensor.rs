@@ -41,6 +41,7 @@ element! {
     half::f16: F16, |v| v.to_f64(), |x| half::f16::from_f32(x as f32);
     half::bf16: BF16, |v| v.to_f64(), |x| half::bf16::from_f32(x as f32);
     i64: I64, |v| v as f64, |x| x as i64;
+    u32: U32, |v| v as f64, |x| x as u32;
 }
 
 fn element_count(shape: &[usize]) -> Result<usize> {

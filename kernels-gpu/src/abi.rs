@@ -41,6 +41,8 @@ pub enum DType {
     BF16,
     /// Class indices (cross entropy targets).
     I64,
+    /// Bit masks (the ReLU mask of BatchNorm), 32 elements a word.
+    U32,
 }
 
 impl DType {
@@ -50,6 +52,7 @@ impl DType {
             DType::F32 => 4,
             DType::F16 | DType::BF16 => 2,
             DType::I64 => 8,
+            DType::U32 => 4,
         }
     }
 
@@ -60,6 +63,7 @@ impl DType {
             DType::F16 => "f16",
             DType::BF16 => "bf16",
             DType::I64 => "i64",
+            DType::U32 => "u32",
         }
     }
 }
@@ -268,6 +272,64 @@ pub struct NormParamGradArgs {
     /// 1 for RMSNorm (no mean, no beta).
     pub rms: u32,
     pub reserved: u32,
+}
+
+// ---------------------------------------------------------------------------------------------
+// BatchNorm
+// ---------------------------------------------------------------------------------------------
+
+/// Threads per block of every BatchNorm kernel but the column sums (which take
+/// [`COLUMN_SUM_WARPS`] warps).
+pub const BATCH_NORM_BLOCK_SIZE: u32 = 256;
+
+/// Per-channel f32 coefficients a BatchNorm pass takes from its finalize kernel: `y = a x + b`
+/// forward; `dx = a g + b x + c` backward.
+pub const BATCH_NORM_COEFFICIENTS: usize = 3;
+
+/// Parameters of every BatchNorm kernel, passed by value. Every tensor of `x`'s shape is
+/// viewed as `(outer, channels, inner)`, contiguous: element `(n, c, s)` at
+/// `(n * channels + c) * inner + s`. NCHW and its 1-D and 3-D kin have `inner` the spatial
+/// size; channels-last layouts have `inner == 1`, `outer` the rows.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BatchNormArgs {
+    pub outer: u64,
+    pub channels: u64,
+    pub inner: u64,
+    /// x (read by the statistics, the forward and the backward).
+    pub x: u64,
+    /// The addend (Add + ReLU forward), or dy (backward).
+    pub second: u64,
+    /// y (forward), dx (backward).
+    pub output: u64,
+    /// d(addend) (Add + ReLU backward).
+    pub second_output: u64,
+    /// The ReLU mask: one bit per element in memory order, in u32 words; 0 for none.
+    pub mask: u64,
+    /// f32 per channel, 0 for none.
+    pub weight: u64,
+    pub bias: u64,
+    pub running_mean: u64,
+    pub running_var: u64,
+    /// f32 per channel: written by the training forward, read by the backward.
+    pub save_mean: u64,
+    pub save_invstd: u64,
+    /// f32 per channel, written by the backward's finalize (0 for none).
+    pub dweight: u64,
+    pub dbias: u64,
+    /// f32 `[2, parts, channels]`: each part's two sums per channel (the statistics' shifted
+    /// sums, or the backward's sums of `g` and `g (x - mean)`).
+    pub partial: u64,
+    pub parts: u64,
+    /// Rows `(n, c)` sums: each row's part length in elements; column sums: rows per part.
+    pub part_len: u64,
+    /// Parts per row `(n, c)` (rows sums only).
+    pub row_parts: u64,
+    /// f32 `[BATCH_NORM_COEFFICIENTS, channels]`, from the finalize kernel.
+    pub coefficients: u64,
+    pub eps: f32,
+    /// The weight of this batch in the running statistics' update.
+    pub momentum: f32,
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -128,3 +128,25 @@ mod norm_ladder {
 
     norm_ladder_kernels!(norm_ladder_entries);
 }
+
+#[cfg(feature = "batch_norm")]
+mod batch_norm {
+    #[allow(unused_imports)]
+    use crate::ops::batch_norm::Activation::*;
+
+    macro_rules! batch_norm_entries {
+        ($(($K:ident $kind:ident $function:ident [$($activation:ident)?] $dtype:ident $pack:literal))*) => {
+            $(const _: () = {
+                #[unsafe(export_name = $crate::kernel_symbol!(batch_norm $kind $dtype; p $pack))]
+                unsafe extern "ptx-kernel" fn entry(args: $crate::abi::BatchNormArgs) {
+                    #[allow(unused_imports)]
+                    use $crate::scalar::bf16;
+                    // SAFETY: the host validated `args` and planned the launch for this kernel.
+                    unsafe { $crate::ops::batch_norm::$function::<$dtype, $({ $activation },)? $pack>(&args) }
+                }
+            };)*
+        };
+    }
+
+    crate::batch_norm_kernels!(all batch_norm_entries);
+}

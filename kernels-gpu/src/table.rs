@@ -25,11 +25,13 @@ pub enum Module {
     NormLadder,
     /// The cluster paths of softmax and the norms (thread-block clusters, sm_90).
     Cluster,
+    /// BatchNorm with its fused activations, and the mask ReLU ops.
+    BatchNorm,
 }
 
 impl Module {
-    pub const ALL: [Module; 5] =
-        [Module::Elementwise, Module::Softmax, Module::Norm, Module::NormLadder, Module::Cluster];
+    pub const ALL: [Module; 6] =
+        [Module::Elementwise, Module::Softmax, Module::Norm, Module::NormLadder, Module::Cluster, Module::BatchNorm];
 
     /// The module's file stem and the cargo feature that builds it.
     pub const fn name(self) -> &'static str {
@@ -39,6 +41,7 @@ impl Module {
             Module::Norm => "norm",
             Module::NormLadder => "norm_ladder",
             Module::Cluster => "cluster",
+            Module::BatchNorm => "batch_norm",
         }
     }
 
@@ -410,6 +413,51 @@ macro_rules! declare_ladder_rungs {
 norm_ladder_kernels!(declare_ladder_rungs);
 
 /// A kernel, as the host asks for it.
+/// The BatchNorm kernels, `(Kind name function [activation])`: the packed ones at each
+/// dtype's widest pack and at 1, the finalize kernels (a thread per channel) at 1.
+#[macro_export]
+macro_rules! batch_norm_kernels {
+    ($mode:ident $apply:ident) => {
+        $crate::batch_norm_kernels!(@lists $mode $apply
+            [(Stats stats stats []) (GradSums grad_sums grad_sums [])
+             (Forward forward forward_apply [None]) (ForwardRelu forward_relu forward_apply [Relu])
+             (ForwardAddRelu forward_add_relu forward_apply [AddRelu])
+             (Backward backward backward_apply [None]) (BackwardRelu backward_relu backward_apply [Relu])
+             (BackwardAddRelu backward_add_relu backward_apply [AddRelu])
+             (ReluBackward relu_backward relu_backward [])]
+            [(FinalizeForward finalize_forward finalize_forward []) (FinalizeBackward finalize_backward finalize_backward [])]
+            [(f32 4) (f16 8) (bf16 8)]);
+    };
+    (@lists kinds $apply:ident [$(($K:ident $k:ident $f:ident $a:tt))*] [$(($FK:ident $fk:ident $ff:ident $fa:tt))*]
+        $dtypes:tt) => {
+        $apply!($(($K $k))* $(($FK $fk))*);
+    };
+    (@lists all $apply:ident [$($packed:tt)*] [$($single:tt)*] [$(($d:ident $w:literal))*]) => {
+        $crate::batch_norm_kernels!(@each $apply [] [$($packed)*] [$($single)*] [$(($d $w))*]);
+    };
+    (@each $apply:ident [$($out:tt)*] [] [] $dtypes:tt) => {
+        $apply! { $($out)* }
+    };
+    (@each $apply:ident [$($out:tt)*] [($K:ident $k:ident $f:ident $a:tt) $($rest:tt)*] $single:tt
+        [$(($d:ident $w:literal))*]) => {
+        $crate::batch_norm_kernels!(@each $apply [$($out)* $(($K $k $f $a $d $w) ($K $k $f $a $d 1))*] [$($rest)*]
+            $single [$(($d $w))*]);
+    };
+    (@each $apply:ident [$($out:tt)*] [] [($K:ident $k:ident $f:ident $a:tt) $($rest:tt)*]
+        [$(($d:ident $w:literal))*]) => {
+        $crate::batch_norm_kernels!(@each $apply [$($out)* $(($K $k $f $a $d 1))*] [] [$($rest)*] [$(($d $w))*]);
+    };
+}
+
+macro_rules! declare_batch_norm_kinds {
+    ($($kinds:tt)*) => {
+        declare_kinds!(
+            BatchNormKernelKind [$($kinds)*]
+        );
+    };
+}
+batch_norm_kernels!(kinds declare_batch_norm_kinds);
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KernelKey {
     Elementwise {
@@ -440,6 +488,11 @@ pub enum KernelKey {
     NormLadder {
         rung: LadderRung,
         dtype: DType,
+    },
+    BatchNorm {
+        kind: BatchNormKernelKind,
+        dtype: DType,
+        pack: usize,
     },
 }
 
@@ -516,11 +569,24 @@ impl KernelKey {
                 }
             };
         }
+        macro_rules! batch_norm {
+            ($(($K:ident $k:ident $f:ident $a:tt $d:ident $pack:literal))*) => {
+                match key {
+                    $(KernelKey::BatchNorm {
+                        kind: BatchNormKernelKind::$K,
+                        dtype: crate::dtype_of!($d),
+                        pack: $pack,
+                    } => return Some(crate::kernel_symbol!(batch_norm $k $d; p $pack)),)*
+                    _ => {}
+                }
+            };
+        }
         elementwise_kernels!(elementwise);
         softmax_kernels!(all softmax);
         norm_kernels!(all norm);
         norm_param_grad_kernels!(param_grad, param_grad_sum);
         norm_ladder_kernels!(ladder);
+        batch_norm_kernels!(all batch_norm);
         None
     }
 
@@ -534,6 +600,7 @@ impl KernelKey {
                 Module::Norm
             }
             KernelKey::NormLadder { .. } => Module::NormLadder,
+            KernelKey::BatchNorm { .. } => Module::BatchNorm,
         }
     }
 }

@@ -5,6 +5,7 @@
 //! Inputs are fresh random data each run; the run's seed is printed, and `RILL_SEED=<seed>`
 //! repeats it.
 
+mod batch_norm;
 mod elementwise;
 mod harness;
 mod norm;
@@ -25,5 +26,6 @@ fn main() {
     softmax::run(&mut suite);
     norm_ladder::run(&mut suite);
     norm::run(&mut suite);
+    batch_norm::run(&mut suite);
     std::process::exit(suite.finish());
 }

@@ -1,5 +1,6 @@
 //! One module per op family: validate, dispatch, launch.
 
+pub mod batch_norm;
 mod columns;
 pub mod elementwise;
 pub mod norm;

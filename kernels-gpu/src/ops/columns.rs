@@ -20,6 +20,12 @@ use core::num::NonZeroU64;
 pub(crate) trait ColumnTerms<const P: usize> {
     /// What a row's pack of columns is read as (loads kept in flight together).
     type Loaded: Copy;
+    /// What a lane needs of its columns beside the rows, read once before them.
+    type Lane;
+
+    /// # Safety
+    /// `col..col + P` must be columns of the view, `col` aligned to `P`.
+    unsafe fn lane(&self, col: u64) -> Self::Lane;
 
     /// # Safety
     /// `(row, col..col + P)` must be inside the view, `col` aligned to `P`.
@@ -29,7 +35,14 @@ pub(crate) trait ColumnTerms<const P: usize> {
     ///
     /// # Safety
     /// `row` must be a row of the view.
-    unsafe fn add(&self, row: u64, loaded: Self::Loaded, first: &mut [f32; P], second: &mut [f32; P]);
+    unsafe fn add(
+        &self,
+        lane: &Self::Lane,
+        row: u64,
+        loaded: Self::Loaded,
+        first: &mut [f32; P],
+        second: &mut [f32; P],
+    );
 
     /// Whether the second sum is wanted (RMSNorm has no dbeta).
     fn second(&self) -> bool;
@@ -65,8 +78,9 @@ pub(crate) unsafe fn chunk_sums<C: ColumnTerms<P>, const P: usize>(terms: &C, at
     let (mut sum_a, mut sum_b) = ([0.0f32; P], [0.0f32; P]);
     // SAFETY (block): every access is a pack of a row < rows at a column < cols.
     unsafe {
-        let mut add = |row: u64, loaded| terms.add(row, loaded, &mut sum_a, &mut sum_b);
         if col < at.cols {
+            let own = terms.lane(col);
+            let mut add = |row: u64, loaded| terms.add(&own, row, loaded, &mut sum_a, &mut sum_b);
             // Four rows' loads in flight per lane, then the rest one by one.
             let step = COLUMN_SUM_WARPS as u64;
             let load = |row: u64| terms.load(row, col);

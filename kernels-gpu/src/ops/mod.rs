@@ -11,7 +11,7 @@ pub mod elementwise;
 pub mod softmax;
 
 // The cluster module instantiates the row kernels only, not the parameter gradients.
-#[cfg(feature = "norm")]
+#[cfg(any(feature = "norm", feature = "batch_norm"))]
 #[cfg_attr(feature = "cluster", allow(dead_code))]
 mod columns;
 
@@ -21,3 +21,6 @@ pub mod norm;
 
 #[cfg(feature = "norm_ladder")]
 pub mod norm_ladder;
+
+#[cfg(feature = "batch_norm")]
+pub mod batch_norm;

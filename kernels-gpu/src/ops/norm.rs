@@ -496,6 +496,10 @@ struct ParamTerms<T> {
 
 impl<T: Scalar, const P: usize> ColumnTerms<P> for ParamTerms<T> {
     type Loaded = ([f32; P], [f32; P]);
+    type Lane = ();
+
+    #[inline(always)]
+    unsafe fn lane(&self, _col: u64) {}
 
     #[inline(always)]
     unsafe fn load(&self, row: u64, col: u64) -> Self::Loaded {
@@ -504,7 +508,7 @@ impl<T: Scalar, const P: usize> ColumnTerms<P> for ParamTerms<T> {
     }
 
     #[inline(always)]
-    unsafe fn add(&self, row: u64, (xs, dys): Self::Loaded, dgamma: &mut [f32; P], dbeta: &mut [f32; P]) {
+    unsafe fn add(&self, _lane: &(), row: u64, (xs, dys): Self::Loaded, dgamma: &mut [f32; P], dbeta: &mut [f32; P]) {
         // SAFETY: forwarded.
         let stats = unsafe { self.saved.get(row) };
         unroll::<P>(|j| {

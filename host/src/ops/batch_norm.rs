@@ -1,0 +1,591 @@
+//! BatchNorm over the channel axis, training and eval, with ReLU or Add + ReLU fused, a
+//! 1-bit ReLU mask for the backward, and the standalone mask ReLU ops.
+//!
+//! ```no_run
+//! use rill::batch_norm::{Forward, Layout, Options};
+//! # fn demo(stream: &rill::Stream, x: &rill::Tensor<half::f16>, y: &mut rill::Tensor<half::f16>,
+//! #         mask: &mut rill::Tensor<u32>, mean: &mut rill::Tensor<f32>, invstd: &mut rill::Tensor<f32>)
+//! #         -> rill::Result<()> {
+//! // relu(bn(x)) over NCHW x, keeping the mask and the saved statistics for the backward.
+//! let call = Forward::new(x, y, Layout::ChannelsFirst).relu(Some(mask)).save(mean, invstd);
+//! rill::batch_norm::forward(stream, Options::training(), call)?;
+//! # Ok(()) }
+//! ```
+//!
+//! Every tensor is contiguous (any start offset): `(N, C, L...)` channels-first (NCHW, and
+//! `(N, C)` BatchNorm1d), or `(N, L..., C)` channels-last (NHWC). Inputs are f32, f16 or
+//! bf16; statistics, weight and bias are f32. A training call runs three kernels: each
+//! channel's sums in parts (rows of `L` per `(n, c)` for channels-first, column sums for
+//! channels-last), a thread per channel adding the parts in order (no atomics: the same
+//! bits every run) and updating the running statistics, then one pass over the tensor that
+//! normalizes, applies the activation and writes the mask (`vote.sync.ballot`). The mask
+//! holds bit `i % 32` of word `i / 32` for element `i` in memory order (OneFlow's layout).
+
+use crate::Stream;
+use crate::error::{DriverContext, Result, invalid};
+use crate::launch::{LaunchConfig, grid_stride_blocks, launch};
+use crate::module::KernelKey;
+use crate::ops::columns::chunking;
+use crate::tensor::{AsView, AsViewMut, DType, Element, View, ViewMut};
+use cust::memory::DeviceBuffer;
+use rill_kernels_gpu::abi::{
+    BATCH_NORM_BLOCK_SIZE, BATCH_NORM_COEFFICIENTS, BatchNormArgs, COLUMN_SUM_WARPS, PACK_BYTES,
+    column_sum_shared_bytes, column_sum_tile_cols, max_pack,
+};
+use rill_kernels_gpu::table::BatchNormKernelKind as Kind;
+
+/// Where the channel axis is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// `(N, C, L...)`: NCHW, NCL, and `(N, C)`.
+    ChannelsFirst,
+    /// `(N, L..., C)`: NHWC and the like.
+    ChannelsLast,
+}
+
+/// The activation fused after the normalize.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    None,
+    Relu,
+    /// `relu(bn(x) + addend)`.
+    AddRelu,
+}
+
+/// The scalar options, as PyTorch's `batch_norm`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Options {
+    /// Batch statistics (and the running statistics updated) or the running statistics.
+    pub training: bool,
+    /// The batch's weight in the running statistics; `None` for a cumulative average (the
+    /// weight `1 / batches`, counting this one).
+    pub momentum: Option<f32>,
+    pub eps: f32,
+}
+
+impl Options {
+    /// PyTorch's defaults in training: momentum 0.1, eps 1e-5.
+    pub fn training() -> Self {
+        Options { training: true, momentum: Some(0.1), eps: 1e-5 }
+    }
+
+    /// PyTorch's defaults in eval.
+    pub fn eval() -> Self {
+        Options { training: false, ..Options::training() }
+    }
+}
+
+/// `(outer, channels, inner)` of a tensor of `shape` in `layout`.
+fn extent(shape: &[usize], layout: Layout) -> Result<(usize, usize, usize)> {
+    if shape.len() < 2 {
+        invalid!("BatchNorm needs at least 2 dimensions (N, C, ...), got shape {shape:?}");
+    }
+    let product = |dims: &[usize]| dims.iter().product::<usize>();
+    Ok(match layout {
+        Layout::ChannelsFirst => (shape[0], shape[1], product(&shape[2..])),
+        Layout::ChannelsLast => (product(&shape[..shape.len() - 1]), shape[shape.len() - 1], 1),
+    })
+}
+
+/// Words of the mask of `len` elements.
+pub fn mask_words(len: usize) -> usize {
+    len.div_ceil(32)
+}
+
+fn check_len(what: &str, len: usize, expected: usize, fix: &str) -> Result<()> {
+    if len != expected {
+        invalid!("{what} has {len} elements, expected {expected} ({fix})");
+    }
+    Ok(())
+}
+
+/// The statistics to update in training: `var` is the unbiased variance, as PyTorch keeps
+/// it; `batches` counts the calls (PyTorch's `num_batches_tracked`), and is incremented.
+pub struct Running<'a> {
+    mean: ViewMut<'a, f32>,
+    var: ViewMut<'a, f32>,
+    batches: &'a mut u64,
+}
+
+/// A forward call: `y = act(bn(x) [+ addend])`. Built with [`Forward::new`] and the
+/// optional parts below, in any order.
+pub struct Forward<'a, T: Element> {
+    x: View<'a, T>,
+    y: ViewMut<'a, T>,
+    layout: Layout,
+    weight: Option<View<'a, f32>>,
+    bias: Option<View<'a, f32>>,
+    running: Option<Running<'a>>,
+    save: Option<(ViewMut<'a, f32>, ViewMut<'a, f32>)>,
+    activation: Activation,
+    addend: Option<View<'a, T>>,
+    mask: Option<ViewMut<'a, u32>>,
+}
+
+impl<'a, T: Element> Forward<'a, T> {
+    pub fn new(x: &'a impl AsView<T>, y: &'a mut impl AsViewMut<T>, layout: Layout) -> Self {
+        Forward {
+            x: x.as_view(),
+            y: y.as_view_mut(),
+            layout,
+            weight: None,
+            bias: None,
+            running: None,
+            save: None,
+            activation: Activation::None,
+            addend: None,
+            mask: None,
+        }
+    }
+
+    /// The per-channel scale (f32, `C` elements).
+    pub fn weight(self, weight: &'a impl AsView<f32>) -> Self {
+        Forward { weight: Some(weight.as_view()), ..self }
+    }
+
+    /// The per-channel shift (f32, `C` elements).
+    pub fn bias(self, bias: &'a impl AsView<f32>) -> Self {
+        Forward { bias: Some(bias.as_view()), ..self }
+    }
+
+    /// The running statistics: read in eval, updated in training.
+    pub fn running(
+        self,
+        mean: &'a mut impl AsViewMut<f32>,
+        var: &'a mut impl AsViewMut<f32>,
+        batches: &'a mut u64,
+    ) -> Self {
+        Forward { running: Some(Running { mean: mean.as_view_mut(), var: var.as_view_mut(), batches }), ..self }
+    }
+
+    /// Where training writes the batch mean and `1 / sqrt(var + eps)` per channel, as the
+    /// backward takes them.
+    pub fn save(self, mean: &'a mut impl AsViewMut<f32>, invstd: &'a mut impl AsViewMut<f32>) -> Self {
+        Forward { save: Some((mean.as_view_mut(), invstd.as_view_mut())), ..self }
+    }
+
+    /// ReLU after the normalize, writing its mask where given (`mask_words(len)` words).
+    pub fn relu(self, mask: Option<&'a mut impl AsViewMut<u32>>) -> Self {
+        Forward { activation: Activation::Relu, mask: mask.map(|m| m.as_view_mut()), ..self }
+    }
+
+    /// `relu(bn(x) + addend)`, the addend of x's shape, writing the mask where given.
+    pub fn add_relu(self, addend: &'a impl AsView<T>, mask: Option<&'a mut impl AsViewMut<u32>>) -> Self {
+        Forward {
+            activation: Activation::AddRelu,
+            addend: Some(addend.as_view()),
+            mask: mask.map(|m| m.as_view_mut()),
+            ..self
+        }
+    }
+}
+
+/// A backward call: `dx` (and `d(addend)` for Add + ReLU) from `dy`, `x`, the saved
+/// statistics and, after a ReLU, the forward's mask; `dweight` and `dbias` where asked.
+pub struct Backward<'a, T: Element> {
+    dy: View<'a, T>,
+    x: View<'a, T>,
+    dx: ViewMut<'a, T>,
+    layout: Layout,
+    saved: (View<'a, f32>, View<'a, f32>),
+    weight: Option<View<'a, f32>>,
+    activation: Activation,
+    mask: Option<View<'a, u32>>,
+    daddend: Option<ViewMut<'a, T>>,
+    dweight: Option<ViewMut<'a, f32>>,
+    dbias: Option<ViewMut<'a, f32>>,
+}
+
+impl<'a, T: Element> Backward<'a, T> {
+    /// `mean` and `invstd` as the training forward saved them.
+    pub fn new(
+        dy: &'a impl AsView<T>,
+        x: &'a impl AsView<T>,
+        dx: &'a mut impl AsViewMut<T>,
+        layout: Layout,
+        (mean, invstd): (&'a impl AsView<f32>, &'a impl AsView<f32>),
+    ) -> Self {
+        Backward {
+            dy: dy.as_view(),
+            x: x.as_view(),
+            dx: dx.as_view_mut(),
+            layout,
+            saved: (mean.as_view(), invstd.as_view()),
+            weight: None,
+            activation: Activation::None,
+            mask: None,
+            daddend: None,
+            dweight: None,
+            dbias: None,
+        }
+    }
+
+    pub fn weight(self, weight: &'a impl AsView<f32>) -> Self {
+        Backward { weight: Some(weight.as_view()), ..self }
+    }
+
+    /// The forward had a ReLU: its mask.
+    pub fn relu(self, mask: &'a impl AsView<u32>) -> Self {
+        Backward { activation: Activation::Relu, mask: Some(mask.as_view()), ..self }
+    }
+
+    /// The forward was Add + ReLU: its mask, and where `d(addend)` goes.
+    pub fn add_relu(self, mask: &'a impl AsView<u32>, daddend: &'a mut impl AsViewMut<T>) -> Self {
+        Backward {
+            activation: Activation::AddRelu,
+            mask: Some(mask.as_view()),
+            daddend: Some(daddend.as_view_mut()),
+            ..self
+        }
+    }
+
+    pub fn dweight(self, dweight: &'a mut impl AsViewMut<f32>) -> Self {
+        Backward { dweight: Some(dweight.as_view_mut()), ..self }
+    }
+
+    pub fn dbias(self, dbias: &'a mut impl AsViewMut<f32>) -> Self {
+        Backward { dbias: Some(dbias.as_view_mut()), ..self }
+    }
+}
+
+/// The pack every address allows: the dtype's widest where all are 16-byte aligned.
+fn pack_for<T: Element>(addresses: &[u64]) -> usize {
+    let widest = max_pack(T::DTYPE.size(), T::DTYPE.size());
+    if addresses.iter().all(|&a| a % PACK_BYTES as u64 == 0) { widest } else { 1 }
+}
+
+fn kernel(stream: &Stream, kind: Kind, dtype: DType, pack: usize) -> Result<crate::module::Kernel> {
+    stream.gpu().modules().kernel(KernelKey::BatchNorm { kind, dtype, pack })
+}
+
+fn address<T: Element>(view: &Option<impl AsView<T>>) -> u64 {
+    view.as_ref().map_or(0, |v| v.as_view().address())
+}
+
+/// The apply pass: a warp a chunk of 32 packs, grid-strided.
+///
+/// # Safety
+/// `args` must name arrays valid for the kernel's pass over `len` elements at `pack`.
+unsafe fn apply(stream: &Stream, kind: Kind, dtype: DType, pack: usize, args: &BatchNormArgs) -> Result<()> {
+    let len = args.outer * args.channels * args.inner;
+    let chunks = len.div_ceil(32 * pack as u64);
+    let config = LaunchConfig {
+        grid: grid_stride_blocks(chunks * 32, BATCH_NORM_BLOCK_SIZE, stream.gpu().info()),
+        block: BATCH_NORM_BLOCK_SIZE,
+        shared_bytes: 0,
+        cluster: 1,
+    };
+    // SAFETY: forwarded.
+    unsafe { launch(stream, kernel(stream, kind, dtype, pack)?, config, args) }
+}
+
+/// The sums kernel then the finalize kernel, with a stream-ordered workspace for the parts
+/// and the coefficients; then `then(args)` with the coefficients in place.
+///
+/// # Safety
+/// `args` must name arrays valid for the kernels, of `dtype` at `pack`.
+unsafe fn sums_then(
+    stream: &Stream,
+    (sums, finalize): (Kind, Kind),
+    dtype: DType,
+    pack: usize,
+    mut args: BatchNormArgs,
+    then: impl FnOnce(&BatchNormArgs) -> Result<()>,
+) -> Result<()> {
+    let device = stream.gpu().info();
+    let channels = args.channels as usize;
+    let sums_config = if args.inner > 1 {
+        // Parts of at least 4 packs a lane, and enough warps to fill the device twice.
+        let rows = (args.outer * args.channels) as usize;
+        let warps_wanted = 2 * device.multiprocessors as usize * device.max_threads_per_multiprocessor as usize / 32;
+        let most_parts = (args.inner as usize).div_ceil(32 * 4 * pack);
+        let row_parts = warps_wanted.div_ceil(rows).clamp(1, most_parts.max(1));
+        let part_len = (args.inner as usize).div_ceil(row_parts).next_multiple_of(pack);
+        args.row_parts = (args.inner as usize).div_ceil(part_len) as u64;
+        args.part_len = part_len as u64;
+        args.parts = args.outer * args.row_parts;
+        let warps = rows as u64 * args.row_parts;
+        LaunchConfig {
+            grid: (warps * 32).div_ceil(BATCH_NORM_BLOCK_SIZE as u64) as u32,
+            block: BATCH_NORM_BLOCK_SIZE,
+            shared_bytes: 0,
+            cluster: 1,
+        }
+    } else {
+        let (rows_per_chunk, chunks) = chunking(args.outer as usize, channels, pack, device);
+        args.part_len = rows_per_chunk;
+        args.parts = chunks;
+        let tiles = channels.div_ceil(column_sum_tile_cols(pack)) as u32;
+        LaunchConfig {
+            grid: tiles * chunks as u32,
+            block: COLUMN_SUM_WARPS * 32,
+            shared_bytes: column_sum_shared_bytes(pack),
+            cluster: 1,
+        }
+    };
+    let floats = 2 * args.parts as usize * channels + BATCH_NORM_COEFFICIENTS * channels;
+    // SAFETY: the sums write every part the finalize reads, and the finalize every
+    // coefficient the apply pass reads, in stream order.
+    let workspace =
+        unsafe { DeviceBuffer::<f32>::uninitialized_async(floats, stream.raw()) }.during("cuMemAllocAsync")?;
+    args.partial = workspace.as_device_ptr().as_raw();
+    args.coefficients = args.partial + 4 * 2 * args.parts * args.channels;
+    let finalize_config = LaunchConfig {
+        grid: grid_stride_blocks(args.channels, BATCH_NORM_BLOCK_SIZE, device),
+        block: BATCH_NORM_BLOCK_SIZE,
+        shared_bytes: 0,
+        cluster: 1,
+    };
+    // SAFETY: the caller's promise; the workspace holds the parts and the coefficients.
+    let launched = unsafe {
+        launch(stream, kernel(stream, sums, dtype, pack)?, sums_config, &args)
+            .and_then(|()| launch(stream, kernel(stream, finalize, dtype, 1)?, finalize_config, &args))
+            .and_then(|()| then(&args))
+    };
+    workspace.drop_async(stream.raw()).during("cuMemFreeAsync")?;
+    launched
+}
+
+/// Runs the forward. Training needs more than one value per channel; eval needs the
+/// running statistics.
+pub fn forward<T: Element>(stream: &Stream, options: Options, call: Forward<'_, T>) -> Result<()> {
+    let Forward { x, y, layout, weight, bias, mut running, save, activation, addend, mut mask } = call;
+    let (outer, channels, inner) = extent(x.shape(), layout)?;
+    if y.shape() != x.shape() {
+        invalid!("y has shape {:?}, x {:?}: give y x's shape", y.shape(), x.shape());
+    }
+    if let Some(addend) = &addend
+        && addend.shape() != x.shape()
+    {
+        invalid!("the addend has shape {:?}, x {:?}: give it x's shape", addend.shape(), x.shape());
+    }
+    for (what, v) in [("weight", &weight), ("bias", &bias)] {
+        if let Some(v) = v {
+            check_len(what, v.len(), channels, "one f32 per channel")?;
+        }
+    }
+    if let Some(r) = &running {
+        check_len("running_mean", r.mean.len(), channels, "one f32 per channel")?;
+        check_len("running_var", r.var.len(), channels, "one f32 per channel")?;
+    }
+    if let Some((m, s)) = &save {
+        check_len("the saved mean", m.len(), channels, "one f32 per channel")?;
+        check_len("the saved invstd", s.len(), channels, "one f32 per channel")?;
+    }
+    if let Some(m) = &mask {
+        check_len("the mask", m.len(), mask_words(x.len()), "one bit per element of x, in u32 words")?;
+    }
+    if options.training && outer * inner <= 1 {
+        invalid!(
+            "expected more than 1 value per channel when training, got input shape {:?}",
+            x.shape()
+        );
+    }
+    if !options.training && running.is_none() {
+        invalid!("eval mode reads the running statistics: give them with .running()");
+    }
+    if x.is_empty() {
+        return Ok(());
+    }
+    let momentum = match (&mut running, options.momentum) {
+        (Some(r), momentum) if options.training => {
+            *r.batches += 1;
+            momentum.unwrap_or(1.0 / *r.batches as f32)
+        }
+        _ => 0.0,
+    };
+    let pack = pack_for::<T>(&[x.address(), y.address(), addend.as_ref().map_or(0, |a| a.address())]);
+    let sums_pack = if inner == 1 && channels % pack != 0 { 1 } else { pack };
+    let args = BatchNormArgs {
+        outer: outer as u64,
+        channels: channels as u64,
+        inner: inner as u64,
+        x: x.address(),
+        second: addend.as_ref().map_or(0, |a| a.address()),
+        output: y.address(),
+        mask: mask.as_mut().map_or(0, |m| m.address()),
+        weight: address(&weight),
+        bias: address(&bias),
+        running_mean: running.as_ref().map_or(0, |r| r.mean.address()),
+        running_var: running.as_ref().map_or(0, |r| r.var.address()),
+        save_mean: save.as_ref().map_or(0, |s| s.0.address()),
+        save_invstd: save.as_ref().map_or(0, |s| s.1.address()),
+        eps: options.eps,
+        momentum,
+        ..BatchNormArgs::default()
+    };
+    let kind = match activation {
+        Activation::None => Kind::Forward,
+        Activation::Relu => Kind::ForwardRelu,
+        Activation::AddRelu => Kind::ForwardAddRelu,
+    };
+    let dtype = T::DTYPE;
+    let run_apply = |args: &BatchNormArgs| {
+        let args = BatchNormArgs { x: x.address(), ..*args };
+        // SAFETY: every array was checked against x's shape, the mask's words and the
+        // per-channel lengths; the coefficients are in the workspace.
+        unsafe { apply(stream, kind, dtype, pack, &args) }
+    };
+    if options.training {
+        // SAFETY: as above; the sums read x at `sums_pack`, which its alignment allows.
+        unsafe { sums_then(stream, (Kind::Stats, Kind::FinalizeForward), dtype, sums_pack, args, run_apply) }
+    } else {
+        let mut args = args;
+        // The finalize reads the running statistics where there are no parts.
+        // SAFETY: as above.
+        unsafe {
+            let workspace = DeviceBuffer::<f32>::uninitialized_async(BATCH_NORM_COEFFICIENTS * channels, stream.raw())
+                .during("cuMemAllocAsync")?;
+            args.coefficients = workspace.as_device_ptr().as_raw();
+            let config = LaunchConfig {
+                grid: grid_stride_blocks(channels as u64, BATCH_NORM_BLOCK_SIZE, stream.gpu().info()),
+                block: BATCH_NORM_BLOCK_SIZE,
+                shared_bytes: 0,
+                cluster: 1,
+            };
+            let launched = launch(stream, kernel(stream, Kind::FinalizeForward, dtype, 1)?, config, &args)
+                .and_then(|()| run_apply(&args));
+            workspace.drop_async(stream.raw()).during("cuMemFreeAsync")?;
+            launched
+        }
+    }
+}
+
+/// Runs the backward of a training forward.
+pub fn backward<T: Element>(stream: &Stream, call: Backward<'_, T>) -> Result<()> {
+    let Backward { dy, x, dx, layout, saved, weight, activation, mask, mut daddend, mut dweight, mut dbias } =
+        call;
+    let (outer, channels, inner) = extent(x.shape(), layout)?;
+    for (what, shape) in [("dy", dy.shape()), ("dx", dx.shape())] {
+        if shape != x.shape() {
+            invalid!("{what} has shape {shape:?}, x {:?}: give it x's shape", x.shape());
+        }
+    }
+    if let Some(d) = &daddend
+        && d.shape() != x.shape()
+    {
+        invalid!("d(addend) has shape {:?}, x {:?}: give it x's shape", d.shape(), x.shape());
+    }
+    check_len("the saved mean", saved.0.len(), channels, "one f32 per channel")?;
+    check_len("the saved invstd", saved.1.len(), channels, "one f32 per channel")?;
+    for (what, len) in [
+        ("weight", weight.as_ref().map(|w| w.len())),
+        ("dweight", dweight.as_ref().map(|w| w.len())),
+        ("dbias", dbias.as_ref().map(|w| w.len())),
+    ] {
+        if let Some(len) = len {
+            check_len(what, len, channels, "one f32 per channel")?;
+        }
+    }
+    if let Some(m) = &mask {
+        check_len("the mask", m.len(), mask_words(x.len()), "the forward's mask of x")?;
+    }
+    if x.is_empty() {
+        return Ok(());
+    }
+    let pack = pack_for::<T>(&[
+        dy.address(),
+        x.address(),
+        dx.address(),
+        daddend.as_mut().map_or(0, |d| d.address()),
+    ]);
+    let sums_pack = if inner == 1 && channels % pack != 0 { 1 } else { pack };
+    let args = BatchNormArgs {
+        outer: outer as u64,
+        channels: channels as u64,
+        inner: inner as u64,
+        x: x.address(),
+        second: dy.address(),
+        output: dx.address(),
+        second_output: daddend.as_mut().map_or(0, |d| d.address()),
+        mask: mask.as_ref().map_or(0, |m| m.address()),
+        weight: address(&weight),
+        save_mean: saved.0.address(),
+        save_invstd: saved.1.address(),
+        dweight: dweight.as_mut().map_or(0, |d| d.address()),
+        dbias: dbias.as_mut().map_or(0, |d| d.address()),
+        ..BatchNormArgs::default()
+    };
+    let kind = match activation {
+        Activation::None => Kind::Backward,
+        Activation::Relu => Kind::BackwardRelu,
+        Activation::AddRelu => Kind::BackwardAddRelu,
+    };
+    let dtype = T::DTYPE;
+    // SAFETY: every array was checked against x's shape, the mask's words and the
+    // per-channel lengths; the sums read at `sums_pack`, which the alignment allows.
+    unsafe {
+        sums_then(stream, (Kind::GradSums, Kind::FinalizeBackward), dtype, sums_pack, args, |args| {
+            apply(stream, kind, dtype, pack, args)
+        })
+    }
+}
+
+/// `y = relu(x)` and its mask (`mask_words(len)` u32 words), for any shape.
+pub fn relu_with_mask<T: Element>(
+    stream: &Stream,
+    x: &impl AsView<T>,
+    y: &mut impl AsViewMut<T>,
+    mask: &mut impl AsViewMut<u32>,
+) -> Result<()> {
+    let (x, y, mask) = (x.as_view(), y.as_view_mut(), mask.as_view_mut());
+    flat::<T>(stream, Kind::ForwardRelu, [x.address(), 0, y.address()], (x.len(), y.len()), Some((mask.address(), mask.len())))
+}
+
+/// `dx = dy` where the mask's bit is set, else 0.
+pub fn relu_backward_from_mask<T: Element>(
+    stream: &Stream,
+    dy: &impl AsView<T>,
+    mask: &impl AsView<u32>,
+    dx: &mut impl AsViewMut<T>,
+) -> Result<()> {
+    let (dy, mask, dx) = (dy.as_view(), mask.as_view(), dx.as_view_mut());
+    flat::<T>(stream, Kind::BackwardRelu, [0, dy.address(), dx.address()], (dy.len(), dx.len()), Some((mask.address(), mask.len())))
+}
+
+/// `dx = dy` where `y > 0`, else 0: the ReLU backward the mask replaces.
+pub fn relu_backward<T: Element>(
+    stream: &Stream,
+    dy: &impl AsView<T>,
+    y: &impl AsView<T>,
+    dx: &mut impl AsViewMut<T>,
+) -> Result<()> {
+    let (dy, y, dx) = (dy.as_view(), y.as_view(), dx.as_view_mut());
+    if y.len() != dy.len() {
+        invalid!("y has {} elements, dy {}: give them the same length", y.len(), dy.len());
+    }
+    flat::<T>(stream, Kind::ReluBackward, [y.address(), dy.address(), dx.address()], (dy.len(), dx.len()), None)
+}
+
+/// An apply pass without coefficients over `len` elements: `[x, second, output]`, the mask
+/// as `(address, words)`.
+fn flat<T: Element>(
+    stream: &Stream,
+    kind: Kind,
+    [x, second, output]: [u64; 3],
+    (len, output_len): (usize, usize),
+    mask: Option<(u64, usize)>,
+) -> Result<()> {
+    if output_len != len {
+        invalid!("the output has {output_len} elements, the input {len}: give them the same length");
+    }
+    if let Some((_, words)) = mask {
+        check_len("the mask", words, mask_words(len), "one bit per element, in u32 words")?;
+    }
+    if len == 0 {
+        return Ok(());
+    }
+    let pack = pack_for::<T>(&[x, second, output]);
+    let args = BatchNormArgs {
+        outer: len as u64,
+        channels: 1,
+        inner: 1,
+        x,
+        second,
+        output,
+        mask: mask.map_or(0, |(address, _)| address),
+        ..BatchNormArgs::default()
+    };
+    // SAFETY: the arrays hold `len` elements and the mask its words (checked above).
+    unsafe { apply(stream, kind, T::DTYPE, pack, &args) }
+}

@@ -1,0 +1,341 @@
+//! BatchNorm against an f64 reference: every layout, dtype and activation; training (with
+//! the running statistics and the saved ones), eval, the backward, the mask bits, offset
+//! views, and bad input. Errors are measured against the output's RMS (normalized values
+//! cross zero, so a relative error per element would measure nothing but the crossing).
+
+use crate::harness::{Measured, Suite};
+use half::{bf16, f16};
+use rill::batch_norm::{self, Backward, Forward, Layout, Options, mask_words};
+use rill::{Element, Tensor};
+use rill_tests::check::{max_error_with_floor, tolerance};
+use rill_tests::random::{Domain, Rng};
+
+pub fn run(suite: &mut Suite) {
+    matrix::<f32>(suite);
+    matrix::<f16>(suite);
+    matrix::<bf16>(suite);
+    relu_ops::<f32>(suite);
+    relu_ops::<bf16>(suite);
+    bad_input(suite);
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Act {
+    None,
+    Relu,
+    AddRelu,
+}
+
+const SHAPES_FIRST: [&[usize]; 6] = [&[2, 3, 7, 7], &[1, 17, 56, 56], &[4, 64, 7, 7], &[3, 5], &[2, 1, 33], &[5, 2048, 1, 1]];
+const SHAPES_LAST: [&[usize]; 5] = [&[2, 7, 7, 3], &[4, 17], &[2, 56, 56, 64], &[3, 1, 1, 2048], &[33, 1]];
+
+fn matrix<T: Element>(suite: &mut Suite) {
+    for layout in [Layout::ChannelsFirst, Layout::ChannelsLast] {
+        let shapes: &[&[usize]] = if layout == Layout::ChannelsFirst { &SHAPES_FIRST } else { &SHAPES_LAST };
+        for &shape in shapes {
+            for act in [Act::None, Act::Relu, Act::AddRelu] {
+                for offset in [0, 1] {
+                    let name = format!("batch_norm/{:?}/{}/{shape:?}/{act:?}/offset{offset}", layout, T::DTYPE.name());
+                    suite.case(&name, tolerance(T::DTYPE) * 4.0, |suite, rng| train::<T>(suite, rng, layout, shape, act, offset));
+                }
+            }
+            let name = format!("batch_norm/{:?}/{}/{shape:?}/eval", layout, T::DTYPE.name());
+            suite.case(&name, tolerance(T::DTYPE) * 4.0, |suite, rng| eval::<T>(suite, rng, layout, shape));
+        }
+    }
+}
+
+/// `(outer, channels, inner)` and element `i`'s channel.
+fn extent(shape: &[usize], layout: Layout) -> (usize, usize, usize) {
+    let all: usize = shape.iter().product();
+    match layout {
+        Layout::ChannelsFirst => (shape[0], shape[1], all / (shape[0] * shape[1]).max(1)),
+        Layout::ChannelsLast => (all / shape[shape.len() - 1], shape[shape.len() - 1], 1),
+    }
+}
+
+fn channel_of(i: usize, (_, channels, inner): (usize, usize, usize)) -> usize {
+    (i / inner) % channels
+}
+
+/// The worst of several comparisons, each against its own RMS floor.
+fn worst(parts: &[(&str, Measured)]) -> Measured {
+    let (name, m) = parts.iter().max_by(|a, b| a.1.error.total_cmp(&b.1.error)).expect("parts");
+    Measured { error: m.error, detail: format!("{name}: {}", m.detail) }
+}
+
+fn against_rms<T: Element>(got: &[T], want: &[f64]) -> Measured {
+    let rms = (want.iter().map(|w| w * w).sum::<f64>() / want.len().max(1) as f64).sqrt().max(1e-30);
+    match max_error_with_floor(got, want, |_| rms) {
+        Some(w) => Measured { error: w.error, detail: format!("element {}: got {:e}, want {:e}", w.index, w.got, w.want) },
+        None => Measured { error: 0.0, detail: "empty".into() },
+    }
+}
+
+struct Stats {
+    mean: Vec<f64>,
+    var: Vec<f64>,
+}
+
+fn batch_stats(x: &[f64], ext: (usize, usize, usize)) -> Stats {
+    let (outer, channels, inner) = ext;
+    let count = (outer * inner) as f64;
+    let mut mean = vec![0.0; channels];
+    for (i, &v) in x.iter().enumerate() {
+        mean[channel_of(i, ext)] += v / count;
+    }
+    let mut var = vec![0.0; channels];
+    for (i, &v) in x.iter().enumerate() {
+        let c = channel_of(i, ext);
+        var[c] += (v - mean[c]) * (v - mean[c]) / count;
+    }
+    Stats { mean, var }
+}
+
+fn to_f64<T: Element>(v: &[T]) -> Vec<f64> {
+    v.iter().map(|e| e.to_f64()).collect()
+}
+
+fn offset_view<'a, T: Element>(t: &'a Tensor<T>, offset: usize, shape: &[usize]) -> rill::Result<rill::View<'a, T>> {
+    crate::harness::view_at(t, offset, shape)
+}
+
+fn train<T: Element>(
+    suite: &mut Suite,
+    rng: &mut Rng,
+    layout: Layout,
+    shape: &[usize],
+    act: Act,
+    offset: usize,
+) -> rill::Result<Measured> {
+    let ext @ (_, channels, _) = extent(shape, layout);
+    let len: usize = shape.iter().product();
+    let eps = 1e-5;
+    let x: Vec<T> = Suite::random(rng, Domain::Symmetric(2.0), len);
+    let addend: Vec<T> = Suite::random(rng, Domain::Symmetric(1.0), len);
+    let dy: Vec<T> = Suite::random(rng, Domain::Symmetric(1.0), len);
+    let weight: Vec<f32> = Suite::random(rng, Domain::AwayFromZero(0.5, 1.5), channels);
+    let bias: Vec<f32> = Suite::random(rng, Domain::Symmetric(0.5), channels);
+    let running: Vec<f32> = Suite::random(rng, Domain::Symmetric(1.0), channels);
+    let running_var: Vec<f32> = Suite::random(rng, Domain::AwayFromZero(0.5, 2.0), channels);
+
+    let x_dev = suite.upload(&x, offset)?;
+    let addend_dev = suite.upload(&addend, offset)?;
+    let dy_dev = suite.upload(&dy, offset)?;
+    let mut y_dev = suite.poisoned::<T>(len, offset)?;
+    let mut mask_dev = Tensor::from_slice(&suite.gpu, &vec![0xA5A5_A5A5u32; mask_words(len)], &[mask_words(len)])?;
+    let w_dev = Tensor::from_slice(&suite.gpu, &weight, &[channels])?;
+    let b_dev = Tensor::from_slice(&suite.gpu, &bias, &[channels])?;
+    let mut rm_dev = Tensor::from_slice(&suite.gpu, &running, &[channels])?;
+    let mut rv_dev = Tensor::from_slice(&suite.gpu, &running_var, &[channels])?;
+    let mut mean_dev = suite.poisoned::<f32>(channels, 0)?;
+    let mut invstd_dev = suite.poisoned::<f32>(channels, 0)?;
+    let mut batches = 0u64;
+    {
+        let xv = offset_view(&x_dev, offset, shape)?;
+        let av = offset_view(&addend_dev, offset, shape)?;
+        let mut yv = crate::harness::view_mut_at(&mut y_dev, offset, shape)?;
+        let call = Forward::new(&xv, &mut yv, layout)
+            .weight(&w_dev)
+            .bias(&b_dev)
+            .running(&mut rm_dev, &mut rv_dev, &mut batches)
+            .save(&mut mean_dev, &mut invstd_dev);
+        let call = match act {
+            Act::None => call,
+            Act::Relu => call.relu(Some(&mut mask_dev)),
+            Act::AddRelu => call.add_relu(&av, Some(&mut mask_dev)),
+        };
+        batch_norm::forward(&suite.stream, Options { momentum: Some(0.1), ..Options::training() }, call)?;
+    }
+    let y_got = y_dev.to_vec()?[offset..].to_vec();
+    let mask = mask_dev.to_vec()?;
+
+    let xf = to_f64(&x);
+    let stats = batch_stats(&xf, ext);
+    let invstd: Vec<f64> = stats.var.iter().map(|v| 1.0 / (v + eps).sqrt()).collect();
+    let y_want: Vec<f64> = (0..len)
+        .map(|i| {
+            let c = channel_of(i, ext);
+            let mut y = (xf[i] - stats.mean[c]) * invstd[c] * weight[c] as f64 + bias[c] as f64;
+            if act == Act::AddRelu {
+                y += addend[i].to_f64();
+            }
+            if act == Act::None { y } else { y.max(0.0) }
+        })
+        .collect();
+    let count = (len / channels) as f64;
+    let rm_want: Vec<f64> = (0..channels).map(|c| 0.9 * running[c] as f64 + 0.1 * stats.mean[c]).collect();
+    let rv_want: Vec<f64> =
+        (0..channels).map(|c| 0.9 * running_var[c] as f64 + 0.1 * stats.var[c] * count / (count - 1.0)).collect();
+    let mut parts = vec![
+        ("y", against_rms(&y_got, &y_want)),
+        ("saved mean", against_rms(&mean_dev.to_vec()?, &stats.mean)),
+        ("saved invstd", against_rms(&invstd_dev.to_vec()?, &invstd)),
+        ("running mean", against_rms(&rm_dev.to_vec()?, &rm_want)),
+        ("running var", against_rms(&rv_dev.to_vec()?, &rv_want)),
+    ];
+    // The mask is exactly the GPU's own `y > 0`, every bit, and nothing past the last element.
+    let bit = |i: usize| mask[i / 32] >> (i % 32) & 1 == 1;
+    if act != Act::None {
+        let wrong = (0..mask.len() * 32).find(|&i| bit(i) != (i < len && y_got[i].to_f64() > 0.0));
+        if let Some(i) = wrong {
+            return Ok(Measured { error: f64::INFINITY, detail: format!("mask bit {i} is {}", bit(i)) });
+        }
+    }
+
+    // Backward through the same mask.
+    let mut dx_dev = suite.poisoned::<T>(len, offset)?;
+    let mut da_dev = suite.poisoned::<T>(len, offset)?;
+    let mut dw_dev = suite.poisoned::<f32>(channels, 0)?;
+    let mut db_dev = suite.poisoned::<f32>(channels, 0)?;
+    {
+        let xv = offset_view(&x_dev, offset, shape)?;
+        let dyv = offset_view(&dy_dev, offset, shape)?;
+        let mut dxv = crate::harness::view_mut_at(&mut dx_dev, offset, shape)?;
+        let mut dav = crate::harness::view_mut_at(&mut da_dev, offset, shape)?;
+        let call = Backward::new(&dyv, &xv, &mut dxv, layout, (&mean_dev, &invstd_dev))
+            .weight(&w_dev)
+            .dweight(&mut dw_dev)
+            .dbias(&mut db_dev);
+        let call = match act {
+            Act::None => call,
+            Act::Relu => call.relu(&mask_dev),
+            Act::AddRelu => call.add_relu(&mask_dev, &mut dav),
+        };
+        batch_norm::backward(&suite.stream, call)?;
+    }
+    let g: Vec<f64> = (0..len).map(|i| if act == Act::None || bit(i) { dy[i].to_f64() } else { 0.0 }).collect();
+    let (mut sum_g, mut sum_gx) = (vec![0.0; channels], vec![0.0; channels]);
+    for i in 0..len {
+        let c = channel_of(i, ext);
+        sum_g[c] += g[i];
+        sum_gx[c] += g[i] * (xf[i] - stats.mean[c]) * invstd[c];
+    }
+    let dx_want: Vec<f64> = (0..len)
+        .map(|i| {
+            let c = channel_of(i, ext);
+            let xhat = (xf[i] - stats.mean[c]) * invstd[c];
+            weight[c] as f64 * invstd[c] / count * (count * g[i] - sum_g[c] - xhat * sum_gx[c])
+        })
+        .collect();
+    parts.push(("dx", against_rms(&dx_dev.to_vec()?[offset..], &dx_want)));
+    parts.push(("dweight", against_rms(&dw_dev.to_vec()?, &sum_gx)));
+    parts.push(("dbias", against_rms(&db_dev.to_vec()?, &sum_g)));
+    if act == Act::AddRelu {
+        parts.push(("d(addend)", against_rms(&da_dev.to_vec()?[offset..], &g)));
+    }
+    Ok(worst(&parts))
+}
+
+fn eval<T: Element>(suite: &mut Suite, rng: &mut Rng, layout: Layout, shape: &[usize]) -> rill::Result<Measured> {
+    let (_, channels, _) = extent(shape, layout);
+    let ext = extent(shape, layout);
+    let len: usize = shape.iter().product();
+    let x: Vec<T> = Suite::random(rng, Domain::Symmetric(2.0), len);
+    let running: Vec<f32> = Suite::random(rng, Domain::Symmetric(1.0), channels);
+    let running_var: Vec<f32> = Suite::random(rng, Domain::AwayFromZero(0.5, 2.0), channels);
+    let x_dev = suite.upload(&x, 0)?;
+    let mut y_dev = suite.poisoned::<T>(len, 0)?;
+    let mut rm_dev = Tensor::from_slice(&suite.gpu, &running, &[channels])?;
+    let mut rv_dev = Tensor::from_slice(&suite.gpu, &running_var, &[channels])?;
+    let mut batches = 0;
+    {
+        let xv = offset_view(&x_dev, 0, shape)?;
+        let mut yv = crate::harness::view_mut_at(&mut y_dev, 0, shape)?;
+        let call = Forward::new(&xv, &mut yv, layout).running(&mut rm_dev, &mut rv_dev, &mut batches);
+        batch_norm::forward(&suite.stream, Options::eval(), call)?;
+    }
+    let want: Vec<f64> = (0..len)
+        .map(|i| {
+            let c = channel_of(i, ext);
+            (x[i].to_f64() - running[c] as f64) / (running_var[c] as f64 + 1e-5).sqrt()
+        })
+        .collect();
+    let unchanged = rm_dev.to_vec()? == running && rv_dev.to_vec()? == running_var && batches == 0;
+    if !unchanged {
+        return Ok(Measured { error: f64::INFINITY, detail: "eval changed the running statistics".into() });
+    }
+    Ok(against_rms(&y_dev.to_vec()?, &want))
+}
+
+/// The standalone ReLU with a mask, its backward from the mask, and the one from y.
+fn relu_ops<T: Element>(suite: &mut Suite) {
+    for len in [1usize, 31, 33, 1000, 4097, 1 << 20] {
+        for offset in [0, 1] {
+            let name = format!("batch_norm/relu_ops/{}/{len}/offset{offset}", T::DTYPE.name());
+            suite.case(&name, tolerance(T::DTYPE), |suite, rng| {
+                let x: Vec<T> = Suite::random(rng, Domain::Symmetric(1.0), len);
+                let dy: Vec<T> = Suite::random(rng, Domain::Symmetric(1.0), len);
+                let (x_dev, dy_dev) = (suite.upload(&x, offset)?, suite.upload(&dy, offset)?);
+                let mut y_dev = suite.poisoned::<T>(len, offset)?;
+                let mut mask_dev = Tensor::from_slice(&suite.gpu, &vec![0xA5A5_A5A5u32; mask_words(len)], &[mask_words(len)])?;
+                let (mut dx_mask, mut dx_y) = (suite.poisoned::<T>(len, offset)?, suite.poisoned::<T>(len, offset)?);
+                let shape = [len];
+                let view = |t| crate::harness::view_at(t, offset, &shape);
+                {
+                    let xv = view(&x_dev)?;
+                    let mut yv = crate::harness::view_mut_at(&mut y_dev, offset, &[len])?;
+                    batch_norm::relu_with_mask(&suite.stream, &xv, &mut yv, &mut mask_dev)?;
+                }
+                {
+                    let (dyv, yv) = (view(&dy_dev)?, view(&y_dev)?);
+                    let mut a = crate::harness::view_mut_at(&mut dx_mask, offset, &[len])?;
+                    batch_norm::relu_backward_from_mask(&suite.stream, &dyv, &mask_dev, &mut a)?;
+                    let mut b = crate::harness::view_mut_at(&mut dx_y, offset, &[len])?;
+                    batch_norm::relu_backward(&suite.stream, &dyv, &yv, &mut b)?;
+                }
+                let mask = mask_dev.to_vec()?;
+                let bit = |i: usize| mask[i / 32] >> (i % 32) & 1 == 1;
+                if let Some(i) = (0..mask.len() * 32).find(|&i| bit(i) != (i < len && x[i].to_f64() > 0.0)) {
+                    return Ok(Measured { error: f64::INFINITY, detail: format!("mask bit {i}") });
+                }
+                let y_want: Vec<f64> = x.iter().map(|v| v.to_f64().max(0.0)).collect();
+                let dx_want: Vec<f64> =
+                    (0..len).map(|i| if x[i].to_f64() > 0.0 { dy[i].to_f64() } else { 0.0 }).collect();
+                Ok(worst(&[
+                    ("y", against_rms(&y_dev.to_vec()?[offset..], &y_want)),
+                    ("dx from mask", against_rms(&dx_mask.to_vec()?[offset..], &dx_want)),
+                    ("dx from y", against_rms(&dx_y.to_vec()?[offset..], &dx_want)),
+                ]))
+            });
+        }
+    }
+}
+
+fn bad_input(suite: &mut Suite) {
+    suite.rejects("batch_norm/bad/one value per channel", |suite| {
+        let x = Tensor::<f32>::zeros(&suite.gpu, &[1, 4])?;
+        let mut y = Tensor::<f32>::zeros(&suite.gpu, &[1, 4])?;
+        batch_norm::forward(&suite.stream, Options::training(), Forward::new(&x, &mut y, Layout::ChannelsFirst))
+    });
+    suite.rejects("batch_norm/bad/weight length", |suite| {
+        let x = Tensor::<f32>::zeros(&suite.gpu, &[2, 4, 3])?;
+        let mut y = Tensor::<f32>::zeros(&suite.gpu, &[2, 4, 3])?;
+        let w = Tensor::<f32>::zeros(&suite.gpu, &[3])?;
+        batch_norm::forward(&suite.stream, Options::training(), Forward::new(&x, &mut y, Layout::ChannelsFirst).weight(&w))
+    });
+    suite.rejects("batch_norm/bad/mask size", |suite| {
+        let x = Tensor::<f32>::zeros(&suite.gpu, &[2, 4, 33])?;
+        let mut y = Tensor::<f32>::zeros(&suite.gpu, &[2, 4, 33])?;
+        let mut mask = Tensor::<u32>::zeros(&suite.gpu, &[8])?;
+        let call = Forward::new(&x, &mut y, Layout::ChannelsFirst).relu(Some(&mut mask));
+        batch_norm::forward(&suite.stream, Options::training(), call)
+    });
+    suite.rejects("batch_norm/bad/eval without running statistics", |suite| {
+        let x = Tensor::<f32>::zeros(&suite.gpu, &[2, 4])?;
+        let mut y = Tensor::<f32>::zeros(&suite.gpu, &[2, 4])?;
+        batch_norm::forward(&suite.stream, Options::eval(), Forward::new(&x, &mut y, Layout::ChannelsLast))
+    });
+    suite.rejects("batch_norm/bad/one dimension", |suite| {
+        let x = Tensor::<f32>::zeros(&suite.gpu, &[8])?;
+        let mut y = Tensor::<f32>::zeros(&suite.gpu, &[8])?;
+        batch_norm::forward(&suite.stream, Options::training(), Forward::new(&x, &mut y, Layout::ChannelsFirst))
+    });
+    suite.rejects("batch_norm/bad/addend shape", |suite| {
+        let x = Tensor::<f32>::zeros(&suite.gpu, &[2, 4, 3])?;
+        let a = Tensor::<f32>::zeros(&suite.gpu, &[2, 4, 2])?;
+        let mut y = Tensor::<f32>::zeros(&suite.gpu, &[2, 4, 3])?;
+        let call = Forward::new(&x, &mut y, Layout::ChannelsFirst).add_relu(&a, None::<&mut Tensor<u32>>);
+        batch_norm::forward(&suite.stream, Options::training(), call)
+    });
+}
