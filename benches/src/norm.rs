@@ -24,7 +24,6 @@ const OPS: &[(&str, usize)] = &[
 ];
 
 pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
-    let dtype = T::DTYPE.name();
     let ops: Vec<_> = OPS.iter().filter(|(op, _)| bench.wants("norm", op)).collect();
     if ops.is_empty() {
         return Ok(());
@@ -79,7 +78,7 @@ pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
                     (_, false) => norm.backward(stream, kind, call),
                 }
             })?;
-            bench.record(op, dtype, &shape, &plan.describe(), bytes, micros, Some(copy));
+            bench.record::<T>(op, &shape, &plan.describe(), bytes, micros, Some(copy));
         }
     }
     Ok(())
