@@ -400,13 +400,8 @@ fn weakest(records: &[Record], op: &str) -> Option<String> {
         .iter()
         .filter(|r| r.op == op && r.of_copy.is_finite())
         .min_by(|a, b| a.of_copy.total_cmp(&b.of_copy))?;
-    Some(format!(
-        "{} {} {} at {:.1}% of copy",
-        escape_markdown(op),
-        escape_markdown(&worst.dtype),
-        shape_cell(&worst.shape),
-        100.0 * worst.of_copy
-    ))
+    let (op, dtype, shape) = (escape_markdown(op), escape_markdown(&worst.dtype), shape_cell(&worst.shape));
+    Some(format!("{op} {dtype} {shape} at {:.1}% of copy", 100.0 * worst.of_copy))
 }
 
 /// Keeps a table cell one cell: a '|' would split it, a newline would end the row.
