@@ -17,6 +17,14 @@ pub struct LaunchConfig {
     pub cluster: u32,
 }
 
+impl LaunchConfig {
+    /// A grid-stride kernel's launch over `threads` threads in blocks of `block` (see
+    /// [`grid_stride_blocks`]), without shared memory or clusters.
+    pub fn grid_stride(threads: u64, block: u32, device: &DeviceInfo) -> Self {
+        LaunchConfig { grid: grid_stride_blocks(threads, block, device), block, shared_bytes: 0, cluster: 1 }
+    }
+}
+
 /// Waves of resident blocks a grid-stride kernel is given at most (OneFlow's kNumWaves):
 /// enough to hide the tail of the last wave, few enough to amortize per-block set-up.
 pub const WAVES: u32 = 32;

@@ -6,7 +6,7 @@
 
 use crate::Stream;
 use crate::error::{Error, Result, invalid};
-use crate::launch::{LaunchConfig, grid_stride_blocks, launch};
+use crate::launch::{LaunchConfig, launch};
 use crate::module::KernelKey;
 use crate::tensor::{AsView, AsViewMut, DType, Element, View};
 use rill_kernels_gpu::abi::{
@@ -50,12 +50,7 @@ pub fn choose_pack(max_pack: usize, arrays: &[(u64, usize)], broadcast_len: Opti
 /// Launch geometry for `len` elements in packs of `pack`.
 pub fn launch_config(len: usize, pack: usize, device: &crate::DeviceInfo) -> LaunchConfig {
     let threads = (len / pack).div_ceil(ELEMENTWISE_PACKS_PER_THREAD) as u64;
-    LaunchConfig {
-        grid: grid_stride_blocks(threads, ELEMENTWISE_BLOCK_SIZE, device),
-        block: ELEMENTWISE_BLOCK_SIZE,
-        shared_bytes: 0,
-        cluster: 1,
-    }
+    LaunchConfig::grid_stride(threads, ELEMENTWISE_BLOCK_SIZE, device)
 }
 
 /// Validates and launches elementwise kernel `op`. For `BiasAddGelu`, the one op that
