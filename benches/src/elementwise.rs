@@ -10,7 +10,6 @@ use rill_tests::shapes::ELEMENTWISE_BENCH_LENGTHS;
 const BIAS_COLS: usize = 4096;
 
 pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
-    let dtype = T::DTYPE.name();
     let lengths: Vec<usize> = if bench.quick { vec![1 << 20, 1 << 24] } else { ELEMENTWISE_BENCH_LENGTHS.to_vec() };
     let ops: Vec<_> = ELEMENTWISE_OPS.iter().filter(|op| bench.wants("elementwise", op.name)).collect();
     if ops.is_empty() {
@@ -41,7 +40,7 @@ pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
                     rill_tests::ops::elementwise(stream, op.name, &x[..op.arity], &mut y.view_mut())
                 }
             })?;
-            bench.record(op.name, dtype, &[len], "-", bytes, micros, Some(copy));
+            bench.record::<T>(op.name, &[len], "-", bytes, micros, Some(copy));
         }
     }
     Ok(())

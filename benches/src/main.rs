@@ -160,13 +160,9 @@ fn report_records(records: &[report::Record], device: &str, options: &Options) -
     }
 
     println!("\n{:<31} {:<5} {:>16} {:>10} {:>9} {:>7}  path", "op", "dtype", "shape", "time(us)", "GB/s", "%copy");
-    for r in records {
-        let shape = format!("{:?}", r.shape);
-        let percent = 100.0 * r.of_copy;
-        println!(
-            "{:<31} {:<5} {shape:>16} {:>10.2} {:>9.1} {percent:>6.1}%  {}",
-            r.op, r.dtype, r.micros, r.gbps, r.path
-        );
+    for report::Record { op, dtype, shape, path, micros, gbps, of_copy } in records {
+        let (shape, percent) = (format!("{shape:?}"), 100.0 * of_copy);
+        println!("{op:<31} {dtype:<5} {shape:>16} {micros:>10.2} {gbps:>9.1} {percent:>6.1}%  {path}");
     }
     if let Some(note) = norm_ladder::footnote(records) {
         println!("{note}");

@@ -64,7 +64,7 @@ impl Bench {
         let (shape, bytes) = (inputs[0].shape().to_vec(), 2 * inputs[0].len() * size_of::<T>());
         let (micros, ()) =
             self.time(inputs.len(), bytes, |stream, s| rill::copy(stream, &inputs[s], &mut outputs[s]))?;
-        Ok(self.record("copy", T::DTYPE.name(), &shape, "-", bytes, micros, None))
+        Ok(self.record::<T>("copy", &shape, "-", bytes, micros, None))
     }
 
     /// Median device time of one `launch(stream, set)`, in microseconds, over 15 timed
@@ -92,20 +92,18 @@ impl Bench {
         Ok((samples[samples.len() / 2], first))
     }
 
-    /// Records a measurement of `bytes` moved in `micros` (against `copy_gbps`; `None` for the
-    /// copy itself) and advances the progress line; returns the GB/s.
-    #[allow(clippy::too_many_arguments, reason = "one measurement's fields")]
-    pub fn record(
+    /// Records a measurement in dtype `T` of `bytes` moved in `micros` (against `copy_gbps`;
+    /// `None` for the copy itself) and advances the progress line; returns the GB/s.
+    pub fn record<T: Element>(
         &mut self,
         op: &str,
-        dtype: &str,
         shape: &[usize],
         path: &str,
         bytes: usize,
         micros: f64,
         copy_gbps: Option<f64>,
     ) -> f64 {
-        let gbps = bytes as f64 / micros / 1e3;
+        let (dtype, gbps) = (T::DTYPE.name(), bytes as f64 / micros / 1e3);
         self.records.push(Record {
             op: op.into(),
             dtype: dtype.into(),

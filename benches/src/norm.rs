@@ -24,7 +24,6 @@ const OPS: &[(&str, usize)] = &[
 ];
 
 pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
-    let dtype = T::DTYPE.name();
     let ops: Vec<_> = OPS.iter().filter(|(op, _)| bench.wants("norm", op)).collect();
     if ops.is_empty() {
         return Ok(());
@@ -45,8 +44,7 @@ pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
         let (mut ys, mut sums) = (bench.zeros(sets, &shape)?, bench.zeros(sets, &shape)?);
         let (weight, bias) = (Tensor::from_slice(&gpu, &params, &[cols])?, Tensor::from_slice(&gpu, &params, &[cols])?);
         let (mut dweight, mut dbias) = (Tensor::<T>::zeros(&gpu, &[cols])?, Tensor::<T>::zeros(&gpu, &[cols])?);
-        let mut mean = Tensor::<f32>::zeros(&gpu, &[rows])?;
-        let mut rstd = Tensor::<f32>::zeros(&gpu, &[rows])?;
+        let (mut mean, mut rstd) = (Tensor::<f32>::zeros(&gpu, &[rows])?, Tensor::<f32>::zeros(&gpu, &[rows])?);
         let norm = Norm::new();
         // Statistics for the backward: any finite values do for timing.
         let call = Forward::new(&xs[0], &mut ys[0]).save_mean(&mut mean).save_rstd(&mut rstd);
@@ -79,7 +77,7 @@ pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
                     (_, false) => norm.backward(stream, kind, call),
                 }
             })?;
-            bench.record(op, dtype, &shape, &plan.describe(), bytes, micros, Some(copy));
+            bench.record::<T>(op, &shape, &plan.describe(), bytes, micros, Some(copy));
         }
     }
     Ok(())

@@ -72,7 +72,7 @@ pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
                 .time(sets, bytes, |stream, s| rms_norm_rung(stream, rung, &inputs[s], &gamma, EPS, &mut outputs[s]))?;
             let path =
                 if ran == rung { rung.describe().to_string() } else { format!("{} (as rung 3)", rung.describe()) };
-            bench.record(&op_name(rung), dtype, &shape, &path, bytes, micros, Some(copy));
+            bench.record::<T>(&op_name(rung), &shape, &path, bytes, micros, Some(copy));
         }
     }
     Ok(())

@@ -23,21 +23,20 @@ pub fn run(bench: &mut Bench) -> rill::Result<()> {
         let host: Vec<bf16> = (0..len).map(|i| bf16::from_f32(((i * 7919 % 2003) as f32 - 1001.0) / 250.0)).collect();
         Tensor::from_slice(&gpu, &host, shape)
     };
+    let zeros = |shape: &[usize]| Tensor::<bf16>::zeros(&gpu, shape);
     let scores_shape = [BATCH * HEADS, SEQ, SEQ];
     let (scores, grad_scores) = (random(&scores_shape)?, random(&scores_shape)?);
-    let mut probs = Tensor::<bf16>::zeros(&gpu, &scores_shape)?;
+    let mut probs = zeros(&scores_shape)?;
     let (gate, up) = (random(&[tokens, MLP])?, random(&[tokens, MLP])?);
-    let mut act = Tensor::<bf16>::zeros(&gpu, &[tokens, MLP])?;
-    let mut hidden = Tensor::<bf16>::zeros(&gpu, &[tokens, MLP])?;
+    let (mut act, mut hidden) = (zeros(&[tokens, MLP])?, zeros(&[tokens, MLP])?);
     let (residual, branch) = (random(&[tokens, HIDDEN])?, random(&[tokens, HIDDEN])?);
-    let mut sum = Tensor::<bf16>::zeros(&gpu, &[tokens, HIDDEN])?;
-    let mut normed = Tensor::<bf16>::zeros(&gpu, &[tokens, HIDDEN])?;
-    let mut dx = Tensor::<bf16>::zeros(&gpu, &[tokens, HIDDEN])?;
+    let (mut sum, mut normed, mut dx) =
+        (zeros(&[tokens, HIDDEN])?, zeros(&[tokens, HIDDEN])?, zeros(&[tokens, HIDDEN])?);
     let norm_weight = random(&[HIDDEN])?;
-    let mut dweight = Tensor::<bf16>::zeros(&gpu, &[HIDDEN])?;
+    let mut dweight = zeros(&[HIDDEN])?;
     let mut rstd = Tensor::<f32>::zeros(&gpu, &[tokens])?;
     let logits = random(&[tokens, VOCAB])?;
-    let mut dlogits = Tensor::<bf16>::zeros(&gpu, &[tokens, VOCAB])?;
+    let mut dlogits = zeros(&[tokens, VOCAB])?;
     let target =
         Tensor::from_slice(&gpu, &(0..tokens).map(|t| (t * 31 % VOCAB) as i64).collect::<Vec<_>>(), &[tokens])?;
     let mut loss = Tensor::<f32>::zeros(&gpu, &[tokens])?;

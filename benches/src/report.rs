@@ -360,29 +360,19 @@ fn table(out: &mut String, records: &[Record], op: &str) {
     });
 
     let _ = writeln!(out, "### {}\n", escape_markdown(op));
-    let mut header = String::from("| shape |");
-    let mut rule = String::from("|---|");
-    for dtype in &dtypes {
-        let _ = write!(header, " {} GB/s (of copy) |", escape_markdown(dtype));
-        rule.push_str("---:|");
-    }
-    if with_path {
-        header.push_str(" path |");
-        rule.push_str("---|");
-    }
-    let _ = writeln!(out, "{header}\n{rule}");
+    let path_column = |text: &str| if with_path { format!(" {text} |") } else { String::new() };
+    let figures: String = dtypes.iter().map(|dtype| format!(" {} GB/s (of copy) |", escape_markdown(dtype))).collect();
+    let _ = writeln!(out, "| shape |{figures}{}", path_column("path"));
+    let _ = writeln!(out, "|---|{}{}", "---:|".repeat(dtypes.len()), if with_path { "---|" } else { "" });
     for shape in shapes {
         let cells: Vec<Option<&Record>> =
             dtypes.iter().map(|dtype| mine.iter().copied().find(|r| r.dtype == *dtype && r.shape == shape)).collect();
-        let mut line = format!("| {} |", shape_cell(shape));
-        for cell in &cells {
-            let text = cell.map_or_else(|| "-".to_string(), |r| format!("{:.0} ({:.1}%)", r.gbps, 100.0 * r.of_copy));
-            let _ = write!(line, " {text} |");
-        }
-        if with_path {
-            let _ = write!(line, " {} |", escape_markdown(&path_cell(&dtypes, &cells)));
-        }
-        let _ = writeln!(out, "{line}");
+        let figures: String = cells
+            .iter()
+            .map(|cell| cell.map_or_else(|| " - |".into(), |r| format!(" {:.0} ({:.1}%) |", r.gbps, 100.0 * r.of_copy)))
+            .collect();
+        let path = path_column(&escape_markdown(&path_cell(&dtypes, &cells)));
+        let _ = writeln!(out, "| {} |{figures}{path}", shape_cell(shape));
     }
 }
 
@@ -410,13 +400,8 @@ fn weakest(records: &[Record], op: &str) -> Option<String> {
         .iter()
         .filter(|r| r.op == op && r.of_copy.is_finite())
         .min_by(|a, b| a.of_copy.total_cmp(&b.of_copy))?;
-    Some(format!(
-        "{} {} {} at {:.1}% of copy",
-        escape_markdown(op),
-        escape_markdown(&worst.dtype),
-        shape_cell(&worst.shape),
-        100.0 * worst.of_copy
-    ))
+    let (op, dtype, shape) = (escape_markdown(op), escape_markdown(&worst.dtype), shape_cell(&worst.shape));
+    Some(format!("{op} {dtype} {shape} at {:.1}% of copy", 100.0 * worst.of_copy))
 }
 
 /// Keeps a table cell one cell: a '|' would split it, a newline would end the row.

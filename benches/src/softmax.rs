@@ -30,7 +30,6 @@ fn queries(rows: usize, cols: usize) -> usize {
 }
 
 pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
-    let dtype = T::DTYPE.name();
     let shapes = bench.row_shapes(|_, _| true);
     let ops: Vec<_> = OPS.iter().filter(|(op, _)| bench.wants("softmax", op)).collect();
     if ops.is_empty() {
@@ -80,7 +79,7 @@ pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
                     _ => softmax::cross_entropy_backward(stream, x, &target, &dloss, y),
                 }
             })?;
-            bench.record(op, dtype, &shape, &plan.describe(), bytes, micros, Some(copy));
+            bench.record::<T>(op, &shape, &plan.describe(), bytes, micros, Some(copy));
         }
     }
     Ok(())

@@ -7,7 +7,6 @@
 //! [`PtxBuild::run`].
 
 use std::ffi::OsString;
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -25,53 +24,29 @@ const TARGET: &str = "nvptx64-nvidia-cuda";
 /// Environment variables the nested cargo keeps: what it needs to find the toolchain.
 const KEPT_ENV: &[&str] = &["PATH", "HOME", "RUSTUP_HOME", "CARGO_HOME", "RUSTUP_TOOLCHAIN", "TMPDIR"];
 
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     /// The arch is not of the form `sm_XY` with XY >= 80.
+    #[error("unsupported arch `{0}`: give sm_80 or newer (e.g. sm_80, sm_90)")]
     UnsupportedArch(String),
     /// A toolchain component is missing; the message names it and how to install it.
-    MissingComponent {
-        component: &'static str,
-        looked_at: PathBuf,
-    },
+    #[error(
+        "the toolchain lacks `{component}` (looked at {looked_at}): run `rustup toolchain install` in the \
+         repository root, which installs the components rust-toolchain.toml lists"
+    )]
+    MissingComponent { component: &'static str, looked_at: PathBuf },
     /// `cargo` or `rustc` could not be started.
-    Spawn {
-        program: &'static str,
-        error: std::io::Error,
-    },
+    #[error("could not run `{program}`: {error}")]
+    Spawn { program: &'static str, error: std::io::Error },
     /// The nested build failed; its output was passed through.
-    CargoFailed {
-        module: String,
-        status: std::process::ExitStatus,
-    },
+    #[error("building PTX module `{module}` failed ({status}); the compiler output is above")]
+    CargoFailed { module: String, status: std::process::ExitStatus },
     /// The build succeeded but left no PTX where expected.
+    #[error("the build finished but wrote no PTX at {0}")]
     NoPtx(PathBuf),
+    #[error("{0}: {1}")]
     Io(PathBuf, std::io::Error),
 }
-
-impl fmt::Display for BuildError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            BuildError::UnsupportedArch(arch) => {
-                write!(f, "unsupported arch `{arch}`: give sm_80 or newer (e.g. sm_80, sm_90)")
-            }
-            BuildError::MissingComponent { component, looked_at } => write!(
-                f,
-                "the toolchain lacks `{component}` (looked at {}): run `rustup toolchain install` \
-                 in the repository root, which installs the components rust-toolchain.toml lists",
-                looked_at.display()
-            ),
-            BuildError::Spawn { program, error } => write!(f, "could not run `{program}`: {error}"),
-            BuildError::CargoFailed { module, status } => {
-                write!(f, "building PTX module `{module}` failed ({status}); the compiler output is above")
-            }
-            BuildError::NoPtx(path) => write!(f, "the build finished but wrote no PTX at {}", path.display()),
-            BuildError::Io(path, error) => write!(f, "{}: {error}", path.display()),
-        }
-    }
-}
-
-impl std::error::Error for BuildError {}
 
 /// One PTX build of the device crate.
 #[derive(Clone, Debug)]

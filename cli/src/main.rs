@@ -44,13 +44,8 @@ fn main() -> ExitCode {
 /// `err` with a tip, in place of clap's guess at a similar name, when the unknown subcommand is
 /// another framework's name for an op.
 fn with_hint(mut err: clap::Error) -> clap::Error {
-    let hint = match err.get(ContextKind::InvalidSubcommand) {
-        Some(ContextValue::String(name)) if err.kind() == ErrorKind::InvalidSubcommand => op_hint(name),
-        _ => None,
-    };
-    let Some(hint) = hint else {
-        return err;
-    };
+    let Some(ContextValue::String(name)) = err.get(ContextKind::InvalidSubcommand) else { return err };
+    let Some(hint) = op_hint(name).filter(|_| err.kind() == ErrorKind::InvalidSubcommand) else { return err };
     let mut tips = match err.get(ContextKind::Suggested) {
         Some(ContextValue::StyledStrs(tips)) => tips.clone(),
         _ => Vec::new(),

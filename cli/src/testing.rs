@@ -23,13 +23,9 @@ pub fn op(args: &str) -> Op {
 
 /// The kind of error `args` gives, after checking that it exits 2 as bad arguments must.
 pub fn rejected(args: &str) -> ErrorKind {
-    match parse(args) {
-        Ok(cli) => panic!("`{args}` was accepted: {cli:?}"),
-        Err(err) => {
-            assert_eq!(err.exit_code(), 2, "`{args}`: {err}");
-            err.kind()
-        }
-    }
+    let err = parse(args).expect_err(&format!("`{args}` was accepted"));
+    assert_eq!(err.exit_code(), 2, "`{args}`: {err}");
+    err.kind()
 }
 
 /// The names of a family's ops, in the order `rill run --help` lists them.
@@ -86,15 +82,11 @@ impl Drop for Files {
 }
 
 pub fn usage(failure: Failure) -> String {
-    match failure {
-        Failure::Usage(message) => message,
-        other => panic!("expected a usage failure, got {other:?}"),
-    }
+    let Failure::Usage(message) = failure else { panic!("expected a usage failure, got {failure:?}") };
+    message
 }
 
 pub fn runtime(failure: Failure) -> String {
-    match failure {
-        Failure::Runtime(message) => message,
-        other => panic!("expected a runtime failure, got {other:?}"),
-    }
+    let Failure::Runtime(message) = failure else { panic!("expected a runtime failure, got {failure:?}") };
+    message
 }

@@ -3,7 +3,9 @@
 use crate::error::{DriverContext, Result};
 use crate::gpu::{DeviceInfo, Stream};
 use crate::module::Kernel;
+use cust::sys::cuLaunchKernel;
 use std::ffi::c_void;
+use std::ptr::null_mut;
 
 /// Grid, block and dynamic shared memory of one launch (1-D grids and blocks), and the
 /// blocks per cluster (1: no clusters).
@@ -13,6 +15,14 @@ pub struct LaunchConfig {
     pub block: u32,
     pub shared_bytes: u32,
     pub cluster: u32,
+}
+
+impl LaunchConfig {
+    /// A grid-stride kernel's launch over `threads` threads in blocks of `block` (see
+    /// [`grid_stride_blocks`]), without shared memory or clusters.
+    pub fn grid_stride(threads: u64, block: u32, device: &DeviceInfo) -> Self {
+        LaunchConfig { grid: grid_stride_blocks(threads, block, device), block, shared_bytes: 0, cluster: 1 }
+    }
 }
 
 /// Waves of resident blocks a grid-stride kernel is given at most (OneFlow's kNumWaves):
@@ -43,27 +53,17 @@ pub(crate) unsafe fn launch<P: Copy>(stream: &Stream, kernel: Kernel, config: La
         let ex = clusters::config(config, stream.raw().as_inner(), &mut attribute);
         // SAFETY: as below; `ex` points at `attribute`, alive for the call.
         return unsafe {
-            clusters::cuLaunchKernelEx(&ex, kernel.function, param_ptrs.as_mut_ptr(), std::ptr::null_mut())
+            clusters::cuLaunchKernelEx(&ex, kernel.function, param_ptrs.as_mut_ptr(), null_mut())
                 .during("cuLaunchKernelEx")
         };
     }
+    let LaunchConfig { grid, block, shared_bytes, .. } = config;
+    let (raw_stream, params) = (stream.raw().as_inner(), param_ptrs.as_mut_ptr());
     // SAFETY: the driver copies the parameter bytes before returning; validity of what they
     // point to is the caller's obligation.
     unsafe {
-        cust::sys::cuLaunchKernel(
-            kernel.function,
-            config.grid,
-            1,
-            1,
-            config.block,
-            1,
-            1,
-            config.shared_bytes,
-            stream.raw().as_inner(),
-            param_ptrs.as_mut_ptr(),
-            std::ptr::null_mut(),
-        )
-        .during("cuLaunchKernel")
+        cuLaunchKernel(kernel.function, grid, 1, 1, block, 1, 1, shared_bytes, raw_stream, params, null_mut())
+            .during("cuLaunchKernel")
     }
 }
 

@@ -8,7 +8,7 @@ use cust::sys::{
 };
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 pub use rill_kernels_gpu::table::{KernelKey, Module};
 
@@ -104,7 +104,7 @@ impl Modules {
     /// The kernel `key` names, loading its module on first use; `Unsupported` where the
     /// table has no such kernel. The caller has made the module's context current.
     pub(crate) fn kernel(&self, key: KernelKey) -> Result<Kernel> {
-        let mut kernels = self.kernels.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut kernels = self.kernels.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(kernel) = kernels.get(&key) {
             return Ok(*kernel);
         }
@@ -113,7 +113,7 @@ impl Modules {
         let text = ptx(module).ok_or_else(|| {
             Error::Unsupported(format!("PTX module `{}` is not in this build (see its cargo feature)", module.name()))
         })?;
-        let mut loaded = self.loaded.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
         let loaded_module = match loaded.entry(module) {
             Entry::Occupied(entry) => entry.into_mut(),
             Entry::Vacant(entry) => entry.insert(cust::module::Module::from_ptx(text, &[]).during("cuModuleLoadData")?),
@@ -135,13 +135,11 @@ impl Modules {
         ask: impl FnOnce() -> Result<u32>,
     ) -> Result<u32> {
         let key = (kernel.key, cluster, block, shared_bytes);
-        if let Some(&resident) =
-            self.resident_clusters.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(&key)
-        {
+        if let Some(&resident) = self.resident_clusters.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
             return Ok(resident);
         }
         let resident = ask()?;
-        self.resident_clusters.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(key, resident);
+        self.resident_clusters.lock().unwrap_or_else(PoisonError::into_inner).insert(key, resident);
         Ok(resident)
     }
 }

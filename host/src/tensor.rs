@@ -267,14 +267,10 @@ pub fn copy<T: Element>(stream: &crate::Stream, src: &impl AsView<T>, dst: &mut 
         return Ok(());
     }
     stream.gpu().bind()?;
+    let bytes = src.len() * size_of::<T>();
     // SAFETY: both views borrow live allocations of `len` elements of T.
     unsafe {
-        cust::sys::cuMemcpyDtoDAsync_v2(
-            dst.address(),
-            src.address(),
-            src.len() * size_of::<T>(),
-            stream.raw().as_inner(),
-        )
-        .during("cuMemcpyDtoDAsync")
+        cust::sys::cuMemcpyDtoDAsync_v2(dst.address(), src.address(), bytes, stream.raw().as_inner())
+            .during("cuMemcpyDtoDAsync")
     }
 }

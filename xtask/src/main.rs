@@ -80,8 +80,7 @@ fn gpu_bundle(args: &[String]) -> Result<(), String> {
         .filter_map(|l| l.split("\"executable\":\"").nth(1)?.split('"').next().map(PathBuf::from))
         .collect();
     cargo(&root, &["build", "--release", "-p", "rill-benches", "-p", "rill-cli"])?;
-    executables.push(root.join("target/release/rill-bench"));
-    executables.push(root.join("target/release/rill"));
+    executables.extend(["rill-bench", "rill"].map(|name| root.join("target/release").join(name)));
     for exe in executables {
         let name = exe.file_name().and_then(|n| n.to_str()).ok_or("odd executable name")?;
         // Test binaries carry a hash suffix: `gpu-0123abcd` -> `gpu`.

@@ -3,7 +3,7 @@
 //! launches. The norms' parameter gradients use it; any kernel pair of that shape can.
 
 use crate::error::{DriverContext, Result};
-use crate::launch::{LaunchConfig, grid_stride_blocks, launch};
+use crate::launch::{LaunchConfig, launch};
 use crate::module::Kernel;
 use crate::{DeviceInfo, Stream};
 use cust::memory::DeviceBuffer;
@@ -54,12 +54,7 @@ pub(crate) unsafe fn sum_columns<A: ColumnSumArgs>(
         shared_bytes: column_sum_shared_bytes(pack),
         cluster: 1,
     };
-    let totals_config = LaunchConfig {
-        grid: grid_stride_blocks(cols as u64, TOTALS_BLOCK, device),
-        block: TOTALS_BLOCK,
-        shared_bytes: 0,
-        cluster: 1,
-    };
+    let totals_config = LaunchConfig::grid_stride(cols as u64, TOTALS_BLOCK, device);
     // SAFETY: the caller's promise for the arrays; the workspace holds 2 x chunks x cols; the
     // grid is tiles x chunks blocks of the warps stage 1 expects, with its shared memory.
     let launched = unsafe {

@@ -6,7 +6,7 @@
 
 use crate::Stream;
 use crate::error::{Error, Result, invalid};
-use crate::launch::{LaunchConfig, grid_stride_blocks, launch};
+use crate::launch::{LaunchConfig, launch};
 use crate::module::KernelKey;
 use crate::tensor::{AsView, AsViewMut, DType, Element, View};
 use rill_kernels_gpu::abi::{
@@ -50,12 +50,7 @@ pub fn choose_pack(max_pack: usize, arrays: &[(u64, usize)], broadcast_len: Opti
 /// Launch geometry for `len` elements in packs of `pack`.
 pub fn launch_config(len: usize, pack: usize, device: &crate::DeviceInfo) -> LaunchConfig {
     let threads = (len / pack).div_ceil(ELEMENTWISE_PACKS_PER_THREAD) as u64;
-    LaunchConfig {
-        grid: grid_stride_blocks(threads, ELEMENTWISE_BLOCK_SIZE, device),
-        block: ELEMENTWISE_BLOCK_SIZE,
-        shared_bytes: 0,
-        cluster: 1,
-    }
+    LaunchConfig::grid_stride(threads, ELEMENTWISE_BLOCK_SIZE, device)
 }
 
 /// Validates and launches elementwise kernel `op`. For `BiasAddGelu`, the one op that
@@ -72,18 +67,13 @@ fn run<I: Element, O: Element>(
     debug_assert!(inputs.len() == op.arity() && inputs.len() <= ELEMENTWISE_MAX_INPUTS);
     let op = op.name();
     let (same_shape, broadcast_input) = if broadcast { inputs.split_at(inputs.len() - 1) } else { (inputs, &[][..]) };
-    for (k, input) in same_shape.iter().enumerate() {
-        if input.shape() != output.shape() {
-            invalid!(
-                "`{op}`: input {k} has shape {:?} but the output has shape {:?}; they must match",
-                input.shape(),
-                output.shape()
-            );
-        }
+    let shape = output.shape();
+    if let Some((k, input)) = same_shape.iter().enumerate().find(|(_, input)| input.shape() != shape) {
+        invalid!("`{op}`: input {k} has shape {:?} but the output has shape {shape:?}; they must match", input.shape());
     }
     let broadcast_len = match broadcast_input {
         [bias] => {
-            let cols = output.shape().last().copied().unwrap_or(1);
+            let cols = shape.last().copied().unwrap_or(1);
             if bias.shape() != [cols] {
                 invalid!(
                     "`{op}`: the bias has shape {:?} but must be [{cols}], the output's last dimension",
@@ -101,14 +91,10 @@ fn run<I: Element, O: Element>(
     arrays.push((output.address(), O::DTYPE.size()));
     let pack = choose_pack(max_pack(I::DTYPE.size(), O::DTYPE.size()), &arrays, broadcast_len);
 
-    let mut addresses = [0u64; ELEMENTWISE_MAX_INPUTS];
-    for (slot, input) in addresses.iter_mut().zip(inputs) {
-        *slot = input.address();
-    }
     let args = ElementwiseArgs {
         len: output.len() as u64,
         output: output.address(),
-        inputs: addresses,
+        inputs: std::array::from_fn(|k| inputs.get(k).map_or(0, View::address)),
         broadcast_len: broadcast_len.unwrap_or(0) as u64,
         pack: pack as u32,
         reserved: 0,

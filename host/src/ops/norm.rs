@@ -104,44 +104,17 @@ pub struct GradParams<'a, G> {
     dbias: Option<ViewMut<'a, G>>,
 }
 
-/// What a [`Forward`]'s parameter state runs with: [`Params`], f32 and empty for [`NoParams`].
-pub trait ForwardParams<'a> {
-    type Dtype: Element;
-    fn into_params(self) -> Params<'a, Self::Dtype>;
-}
-
-/// What a [`Backward`]'s parameter state runs with: [`GradParams`], f32 and empty for
-/// [`NoParams`].
-pub trait BackwardParams<'a> {
-    type Dtype: Element;
-    fn into_params(self) -> GradParams<'a, Self::Dtype>;
-}
-
-impl<'a> ForwardParams<'a> for NoParams {
-    type Dtype = f32;
-    fn into_params(self) -> Params<'a, f32> {
+/// A forward without weight or bias runs the f32 kernels with neither.
+impl From<NoParams> for Params<'_, f32> {
+    fn from(_: NoParams) -> Self {
         Params::default()
     }
 }
 
-impl<'a, G: Element> ForwardParams<'a> for Params<'a, G> {
-    type Dtype = G;
-    fn into_params(self) -> Self {
-        self
-    }
-}
-
-impl<'a> BackwardParams<'a> for NoParams {
-    type Dtype = f32;
-    fn into_params(self) -> GradParams<'a, f32> {
+/// A backward without weight or parameter gradients runs the f32 kernels with none.
+impl From<NoParams> for GradParams<'_, f32> {
+    fn from(_: NoParams) -> Self {
         GradParams::default()
-    }
-}
-
-impl<'a, G: Element> BackwardParams<'a> for GradParams<'a, G> {
-    type Dtype = G;
-    fn into_params(self) -> Self {
-        self
     }
 }
 
@@ -351,9 +324,9 @@ impl Norm {
         stream: &Stream,
         kind: NormKind,
         eps: f32,
-        call: Forward<'a, T, U, impl ForwardParams<'a, Dtype = G>>,
+        call: Forward<'a, T, U, impl Into<Params<'a, G>>>,
     ) -> Result<Plan> {
-        let Params { weight, bias } = call.params.into_params();
+        let Params { weight, bias } = call.params.into();
         let op = match (kind, call.residual.is_some()) {
             (NormKind::LayerNorm, false) => "layer_norm",
             (NormKind::RmsNorm, false) => "rms_norm",
@@ -431,9 +404,9 @@ impl Norm {
         &self,
         stream: &Stream,
         kind: NormKind,
-        call: Backward<'a, T, impl BackwardParams<'a, Dtype = G>>,
+        call: Backward<'a, T, impl Into<GradParams<'a, G>>>,
     ) -> Result<Plan> {
-        let GradParams { weight, dweight, dbias } = call.params.into_params();
+        let GradParams { weight, dweight, dbias } = call.params.into();
         let op = match kind {
             NormKind::LayerNorm => "layer_norm_backward",
             NormKind::RmsNorm => "rms_norm_backward",
@@ -566,10 +539,8 @@ mod tests {
 
     /// The parameter dtype and the addresses a forward call holds: weight, bias, residual,
     /// sum, mean, rstd (0 where absent).
-    fn forward_parts<'a, G: Element>(
-        call: Forward<'a, bf16, bf16, impl ForwardParams<'a, Dtype = G>>,
-    ) -> (DType, [u64; 6]) {
-        let Params { weight, bias } = call.params.into_params();
+    fn forward_parts<'a, G: Element>(call: Forward<'a, bf16, bf16, impl Into<Params<'a, G>>>) -> (DType, [u64; 6]) {
+        let Params { weight, bias } = call.params.into();
         let (residual, sum) = call.residual.map_or((0, 0), |(r, s)| (r.address(), s.address()));
         let (mean, rstd) = (call.mean.map_or(0, |v| v.address()), call.rstd.map_or(0, |v| v.address()));
         (G::DTYPE, [weight.map_or(0, |v| v.address()), bias.map_or(0, |v| v.address()), residual, sum, mean, rstd])
@@ -577,10 +548,8 @@ mod tests {
 
     /// The parameter dtype and the addresses a backward call holds: weight, dweight, dbias,
     /// mean (0 where absent).
-    fn backward_parts<'a, G: Element>(
-        call: Backward<'a, bf16, impl BackwardParams<'a, Dtype = G>>,
-    ) -> (DType, [u64; 4]) {
-        let GradParams { weight, dweight, dbias } = call.params.into_params();
+    fn backward_parts<'a, G: Element>(call: Backward<'a, bf16, impl Into<GradParams<'a, G>>>) -> (DType, [u64; 4]) {
+        let GradParams { weight, dweight, dbias } = call.params.into();
         let mean = call.mean.map_or(0, |v| v.address());
         (
             G::DTYPE,

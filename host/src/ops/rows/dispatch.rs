@@ -8,6 +8,7 @@
 //! memory.
 
 use crate::DeviceInfo;
+use crate::Error::Unsupported;
 use crate::launch::WAVES;
 use crate::launch::grid_stride_blocks;
 use rill_kernels_gpu::abi::{
@@ -178,46 +179,30 @@ pub struct Occupancies<'a> {
 
 /// The plan for `problem`.
 pub fn plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancies<'_>) -> crate::Result<Plan> {
-    let warp_fits = problem.cols <= WARP_MAX_COLS;
-    let warp_chosen = problem.cols <= problem.warp_max_cols.min(WARP_MAX_COLS);
     match problem.force {
-        Some(PathKind::Warp) if !warp_fits => {
-            return Err(crate::Error::Unsupported(format!(
-                "the warp path takes rows of at most {WARP_MAX_COLS} columns, not {}",
+        Some(PathKind::Warp) if problem.cols > WARP_MAX_COLS => Err(Unsupported(format!(
+            "the warp path takes rows of at most {WARP_MAX_COLS} columns, not {}",
+            problem.cols
+        ))),
+        Some(PathKind::Warp) => Ok(warp_plan(problem, device)),
+        Some(PathKind::Uncached) => Ok(uncached_plan(problem, device)),
+        Some(PathKind::Shared) => shared_plan(problem, device, occupancy.shared)?.ok_or_else(|| {
+            Unsupported(format!("a row of {} columns does not fit in this device's shared memory", problem.cols))
+        }),
+        Some(PathKind::Cluster) => cluster_plan(problem, device, occupancy.cluster)?.ok_or_else(|| {
+            Unsupported(format!(
+                "no cluster of up to {} blocks holds a row of {} columns on this device (clusters need sm_90)",
+                ROW_CLUSTER_SIZES[ROW_CLUSTER_SIZES.len() - 1],
                 problem.cols
-            )));
-        }
-        Some(PathKind::Warp) => return Ok(warp_plan(problem, device)),
-        Some(PathKind::Uncached) => return Ok(uncached_plan(problem, device)),
-        Some(PathKind::Shared) => {
-            return shared_plan(problem, device, occupancy.shared)?.ok_or_else(|| {
-                crate::Error::Unsupported(format!(
-                    "a row of {} columns does not fit in this device's shared memory",
-                    problem.cols
-                ))
-            });
-        }
-        Some(PathKind::Cluster) => {
-            return cluster_plan(problem, device, occupancy.cluster)?.ok_or_else(|| {
-                crate::Error::Unsupported(format!(
-                    "no cluster of up to {} blocks holds a row of {} columns on this device (clusters need sm_90)",
-                    ROW_CLUSTER_SIZES[ROW_CLUSTER_SIZES.len() - 1],
-                    problem.cols
-                ))
-            });
-        }
-        None => {}
+            ))
+        }),
+        None if problem.cols <= problem.warp_max_cols.min(WARP_MAX_COLS) => Ok(warp_plan(problem, device)),
+        None if problem.reads_once => Ok(streaming_plan(problem, device)),
+        None => Ok(match shared_plan(problem, device, occupancy.shared)? {
+            Some(plan) => plan,
+            None => cluster_plan(problem, device, occupancy.cluster)?.unwrap_or_else(|| uncached_plan(problem, device)),
+        }),
     }
-    if warp_chosen {
-        return Ok(warp_plan(problem, device));
-    }
-    if problem.reads_once {
-        return Ok(streaming_plan(problem, device));
-    }
-    if let Some(plan) = shared_plan(problem, device, occupancy.shared)? {
-        return Ok(plan);
-    }
-    Ok(cluster_plan(problem, device, occupancy.cluster)?.unwrap_or_else(|| uncached_plan(problem, device)))
 }
 
 fn warp_plan(problem: &Problem, device: &DeviceInfo) -> Plan {

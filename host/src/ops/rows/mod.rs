@@ -31,13 +31,12 @@ pub(crate) fn rows_cols(op: &str, shape: &[usize]) -> Result<(usize, usize)> {
 /// from the end, as PyTorch): the only layout the row-wise kernels normalize.
 pub fn check_last_dim(dim: i64, ndim: usize) -> Result<()> {
     let last = ndim as i64 - 1;
-    if dim == -1 || dim == last {
-        Ok(())
-    } else {
+    if dim != -1 && dim != last {
         invalid!(
             "dim {dim}: rill normalizes the last axis of a row-major tensor (dim -1 or {last}); move the axis last first"
-        )
+        );
     }
+    Ok(())
 }
 
 pub(crate) fn same_shape(op: &str, what: &str, got: &[usize], want: &[usize]) -> Result<()> {
