@@ -282,9 +282,10 @@ pub struct NormParamGradArgs {
 /// [`COLUMN_SUM_WARPS`] warps).
 pub const BATCH_NORM_BLOCK_SIZE: u32 = 256;
 
-/// Per-channel f32 coefficients a BatchNorm pass takes from its finalize kernel: `y = a x + b`
-/// forward; `dx = a g + b x + c` backward.
-pub const BATCH_NORM_COEFFICIENTS: usize = 3;
+/// Per-channel f32 coefficients a BatchNorm pass takes from its finalize kernel, as vectors
+/// of `channels` in this order: scale, center, shift, slope. Forward
+/// `y = scale (x - center) + shift`; backward `dx = scale g + slope (x - center) + shift`.
+pub const BATCH_NORM_COEFFICIENTS: usize = 4;
 
 /// Parameters of every BatchNorm kernel, passed by value. Every tensor of `x`'s shape is
 /// viewed as `(outer, channels, inner)`, contiguous: element `(n, c, s)` at

@@ -165,7 +165,7 @@ const fn spread<const P: usize>(bits: u32) -> u32 {
         }
         8 => {
             x &= 0xF;
-            x = (x | (x << 12)) & 0x0003_0003;
+            x = (x | (x << 14)) & 0x0003_0003;
             (x | (x << 7)) & 0x0101_0101
         }
         _ => x,
@@ -254,8 +254,7 @@ struct ForwardPass<T, const ACT: Activation> {
     x: Flat<T>,
     addend: Flat<T>,
     y: Flat<T>,
-    a: PerChannel,
-    b: PerChannel,
+    coefficients: [PerChannel; BATCH_NORM_COEFFICIENTS],
 }
 
 impl<T: Scalar, const ACT: Activation> ApplyPass for ForwardPass<T, ACT> {
@@ -270,7 +269,9 @@ impl<T: Scalar, const ACT: Activation> ApplyPass for ForwardPass<T, ACT> {
             let addend = if ACT == Activation::AddRelu { self.addend.load::<P>(i) } else { [0.0; P] };
             let mut bits = 0;
             let y = unrolled_array(|j| {
-                let mut y = self.a.get(channels[j], 1.0) * x[j] + self.b.get(channels[j], 0.0);
+                let [scale, center, shift, _] = &self.coefficients;
+                let c = channels[j];
+                let mut y = scale.get(c, 1.0) * (x[j] - center.get(c, 0.0)) + shift.get(c, 0.0);
                 if ACT == Activation::AddRelu {
                     y += addend[j];
                 }
@@ -313,8 +314,11 @@ impl<T: Scalar, const ACT: Activation> ApplyPass for BackwardPass<T, ACT> {
                 self.daddend.store::<P>(i, g);
             }
             let dx = if self.affine {
-                let [a, b, c] = &self.coefficients;
-                unrolled_array(|j| a.get(channels[j], 0.0) * g[j] + b.get(channels[j], 0.0) * x[j] + c.get(channels[j], 0.0))
+                let [scale, center, shift, slope] = &self.coefficients;
+                unrolled_array(|j| {
+                    let c = channels[j];
+                    scale.get(c, 0.0) * g[j] + slope.get(c, 0.0) * (x[j] - center.get(c, 0.0)) + shift.get(c, 0.0)
+                })
             } else {
                 g
             };
@@ -417,8 +421,7 @@ pub unsafe fn forward_apply<T: Scalar, const ACT: Activation, const P: usize>(ar
             x: Flat::new(args.x),
             addend: Flat::new(args.second),
             y: Flat::new(args.output),
-            a: PerChannel::new(args.coefficients),
-            b: PerChannel::new(if args.coefficients == 0 { 0 } else { args.coefficients + 4 * args.channels }),
+            coefficients: coefficients(args),
         };
         apply::<_, P>(&pass, Extent::of(args), len(args), args.mask);
     }
@@ -430,13 +433,12 @@ pub unsafe fn forward_apply<T: Scalar, const ACT: Activation, const P: usize>(ar
 pub unsafe fn backward_apply<T: Scalar, const ACT: Activation, const P: usize>(args: &BatchNormArgs) {
     // SAFETY: forwarded.
     unsafe {
-        let at = |k: u64| if args.coefficients == 0 { 0 } else { args.coefficients + 4 * k * args.channels };
         let pass = BackwardPass::<T, ACT> {
             dy: Flat::new(args.second),
             x: Flat::new(args.x),
             dx: Flat::new(args.output),
             daddend: Flat::new(args.second_output),
-            coefficients: [PerChannel::new(at(0)), PerChannel::new(at(1)), PerChannel::new(at(2))],
+            coefficients: coefficients(args),
             affine: args.coefficients != 0,
         };
         apply::<_, P>(&pass, Extent::of(args), len(args), args.mask);
@@ -454,6 +456,18 @@ pub unsafe fn relu_backward<T: Scalar, const P: usize>(args: &BatchNormArgs) {
         let pass = ReluBackwardPass::<T> { dy: Flat::new(args.second), y: Flat::new(args.x), dx: Flat::new(args.output) };
         apply::<_, P>(&pass, Extent::of(args), len(args), 0);
     }
+}
+
+/// The per-channel coefficient vectors the finalize kernel wrote (none for the standalone
+/// ReLU ops).
+///
+/// # Safety
+/// A non-zero `args.coefficients` must hold `BATCH_NORM_COEFFICIENTS x channels` f32.
+#[inline(always)]
+unsafe fn coefficients(args: &BatchNormArgs) -> [PerChannel; BATCH_NORM_COEFFICIENTS] {
+    let at = |k: usize| if args.coefficients == 0 { 0 } else { args.coefficients + 4 * k as u64 * args.channels };
+    // SAFETY: forwarded.
+    core::array::from_fn(|k| unsafe { PerChannel::new(at(k)) })
 }
 
 #[inline(always)]
@@ -698,7 +712,7 @@ pub unsafe fn grad_sums<T: Scalar, const P: usize>(args: &BatchNormArgs) {
 
 /// Finalize of the training forward: each channel's parts added in order, then the saved
 /// mean and invstd, the running statistics (unbiased variance, as PyTorch) and the apply
-/// pass's `a = weight * invstd`, `b = bias - mean * a`. Eval (`parts == 0`) takes the
+/// pass's `y = scale (x - center) + shift`: `weight * invstd`, the mean, the bias. Eval (`parts == 0`) takes the
 /// running statistics instead. `T` is x's dtype (the shifts are its elements); `ONE` the
 /// table's pack, 1: a thread per channel.
 ///
@@ -740,9 +754,10 @@ pub unsafe fn finalize_forward<T: Scalar, const ONE: usize>(args: &BatchNormArgs
                     running_var.add(c as usize).write((1.0 - m) * running_var.add(c as usize).read() + m * unbiased);
                 }
             }
-            let a = weight.get(c as u32, 1.0) * invstd;
-            coefficients.add(c as usize).write(a);
-            coefficients.add((args.channels + c) as usize).write(bias.get(c as u32, 0.0) - mean * a);
+            let at = |k: u64| (k * args.channels + c) as usize;
+            coefficients.add(at(0)).write(weight.get(c as u32, 1.0) * invstd);
+            coefficients.add(at(1)).write(mean);
+            coefficients.add(at(2)).write(bias.get(c as u32, 0.0));
             c += stride;
         }
     }
@@ -770,8 +785,9 @@ unsafe fn part_totals(args: &BatchNormArgs, c: u64) -> (f32, f32) {
 }
 
 /// Finalize of the backward: `dbias = sum g`, `dweight = invstd sum g (x - mean)`, and the
-/// apply pass's `dx = a g + b x + c` with `a = weight invstd`,
-/// `b = -a invstd^2 sum g (x - mean) / count`, `c = -a sum g / count - b mean`. `T` and `ONE`
+/// apply pass's `dx = scale g + slope (x - center) + shift` with `scale = weight invstd`, the
+/// mean, `shift = -scale sum g / count`, `slope = -scale invstd^2 sum g (x - mean) / count`
+/// (centered, so no large terms cancel). `T` and `ONE`
 /// as [`finalize_forward`]'s.
 ///
 /// # Safety
@@ -795,11 +811,12 @@ pub unsafe fn finalize_backward<T: Scalar, const ONE: usize>(args: &BatchNormArg
             if args.dweight != 0 {
                 (args.dweight as *mut f32).add(c as usize).write(sum_gx * invstd);
             }
-            let a = weight.get(c as u32, 1.0) * invstd;
-            let b = -a * invstd * invstd * sum_gx / count;
-            coefficients.add(c as usize).write(a);
-            coefficients.add((args.channels + c) as usize).write(b);
-            coefficients.add((2 * args.channels + c) as usize).write(-a * sum_g / count - b * mean);
+            let scale = weight.get(c as u32, 1.0) * invstd;
+            let at = |k: u64| (k * args.channels + c) as usize;
+            coefficients.add(at(0)).write(scale);
+            coefficients.add(at(1)).write(mean);
+            coefficients.add(at(2)).write(-scale * sum_g / count);
+            coefficients.add(at(3)).write(-scale * invstd * invstd * sum_gx / count);
             c += stride;
         }
     }
