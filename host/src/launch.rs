@@ -32,7 +32,8 @@ pub const WAVES: u32 = 32;
 /// Blocks for `threads` threads in blocks of `block`, capped at [`WAVES`] waves of the
 /// device's resident blocks (OneFlow's GetNumBlocks); at least 1.
 pub fn grid_stride_blocks(threads: u64, block: u32, device: &DeviceInfo) -> u32 {
-    let resident = device.multiprocessors as u64 * (device.max_threads_per_multiprocessor / block) as u64;
+    // At least one block resident per SM, whatever the block size.
+    let resident = device.multiprocessors as u64 * (device.max_threads_per_multiprocessor / block).max(1) as u64;
     let needed = threads.div_ceil(block as u64);
     needed.min(resident * WAVES as u64).max(1) as u32
 }

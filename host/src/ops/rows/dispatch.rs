@@ -9,7 +9,6 @@
 
 use crate::DeviceInfo;
 use crate::Error::Unsupported;
-use crate::launch::WAVES;
 use crate::launch::grid_stride_blocks;
 use rill_kernels_gpu::abi::{
     CLUSTER_STATIC_SHARED_BYTES, ROW_CLUSTER_SIZES, ROW_STATIC_SHARED_BYTES, ROW_WARP_BLOCK_SIZE, rows_per_access,
@@ -223,9 +222,9 @@ fn warp_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
     }
 }
 
+/// A block per row, grid-strided ([`grid_stride_blocks`] over the rows' threads).
 fn block_grid(rows: usize, block: u32, device: &DeviceInfo) -> u32 {
-    let resident = device.multiprocessors as u64 * (device.max_threads_per_multiprocessor / block).max(1) as u64;
-    (rows as u64).min(resident * WAVES as u64).max(1) as u32
+    grid_stride_blocks(rows as u64 * block as u64, block, device)
 }
 
 /// The shared path, if the row fits: the largest block size that keeps as many blocks
