@@ -10,7 +10,9 @@
 //!   LayerNorm and RMSNorm (plain, with residual add, backward with and without the
 //!   parameter gradients) over 49152 rows of 32..32768 columns, 768, 1000 and 4096 rows of
 //!   50257, the RMSNorm optimization ladder's rungs (`rms_norm_ladder/<rung>`, 49152 rows of
-//!   128..32768 columns, 768, 1000), in f32, f16 and bf16; `--quick` a one-minute subset,
+//!   128..32768 columns, 768, 1000), in f32, f16 and bf16; BatchNorm with ReLU and with
+//!   Add + ReLU (forward, backward, both) and the mask-based ReLU backward at ResNet's
+//!   shapes (see `batch_norm.rs`); `--quick` a one-minute subset,
 //!   `--filter` ops or families by name, `--dtype` one dtype, `--cols` some row widths;
 //! - the table on stdout (op, dtype, shape, path, time, GB/s, % of copy), progress on
 //!   stderr, the records as JSON (`--json`, default target/bench/bench.json), one SVG plot
@@ -24,6 +26,7 @@
 //! through buffer sets four times the L2 size. Without a GPU it prints "no CUDA device"
 //! and exits 0; bad arguments exit 2.
 
+mod batch_norm;
 mod elementwise;
 mod measure;
 mod norm;
@@ -139,7 +142,8 @@ fn sweep_dtype<T: rill::Element>(bench: &mut Bench, options: &Options) -> rill::
     elementwise::sweep::<T>(bench)?;
     softmax::sweep::<T>(bench)?;
     norm::sweep::<T>(bench)?;
-    norm_ladder::sweep::<T>(bench)
+    norm_ladder::sweep::<T>(bench)?;
+    batch_norm::sweep::<T>(bench)
 }
 
 /// The plots, the PERF.md section and the table of `records`.

@@ -326,6 +326,10 @@ pub struct BatchNormArgs {
     pub part_len: u64,
     /// Parts per row `(n, c)` (rows sums only).
     pub row_parts: u64,
+    /// Column sums: rows of channels in each row of the summed view (1, or `32 x pack /
+    /// channels` where the channels divide that, so every lane of a tile has a column);
+    /// `partial` is then `[2, parts, groups, channels]`, folded per channel by the finalize.
+    pub groups: u64,
     /// f32 `[BATCH_NORM_COEFFICIENTS, channels]`, from the finalize kernel.
     pub coefficients: u64,
     pub eps: f32,

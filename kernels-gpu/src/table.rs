@@ -414,7 +414,7 @@ norm_ladder_kernels!(declare_ladder_rungs);
 
 /// A kernel, as the host asks for it.
 /// The BatchNorm kernels, `(Kind name function [activation])`: the packed ones at each
-/// dtype's widest pack and at 1, the finalize kernels (a thread per channel) at 1.
+/// dtype's widest pack and at 1, the finalize kernels (a warp per channel) at 1.
 #[macro_export]
 macro_rules! batch_norm_kernels {
     ($mode:ident $apply:ident) => {
@@ -424,6 +424,8 @@ macro_rules! batch_norm_kernels {
              (ForwardAddRelu forward_add_relu forward_apply [AddRelu])
              (Backward backward backward_apply [None]) (BackwardRelu backward_relu backward_apply [Relu])
              (BackwardAddRelu backward_add_relu backward_apply [AddRelu])
+             (ReluWithMask relu_with_mask relu_with_mask [])
+             (ReluBackwardFromMask relu_backward_from_mask relu_backward_from_mask [])
              (ReluBackward relu_backward relu_backward [])]
             [(FinalizeForward finalize_forward finalize_forward []) (FinalizeBackward finalize_backward finalize_backward [])]
             [(f32 4) (f16 8) (bf16 8)]);

@@ -16,7 +16,7 @@
 //! `(N, C)` BatchNorm1d), or `(N, L..., C)` channels-last (NHWC). Inputs are f32, f16 or
 //! bf16; statistics, weight and bias are f32. A training call runs three kernels: each
 //! channel's sums in parts (rows of `L` per `(n, c)` for channels-first, column sums for
-//! channels-last), a thread per channel adding the parts in order (no atomics: the same
+//! channels-last), a warp per channel adding the parts in a fixed order (no atomics: the same
 //! bits every run) and updating the running statistics, then one pass over the tensor that
 //! normalizes, applies the activation and writes the mask (`vote.sync.ballot`). The mask
 //! holds bit `i % 32` of word `i / 32` for element `i` in memory order (OneFlow's layout).
@@ -304,6 +304,7 @@ unsafe fn sums_then(
         args.row_parts = (args.inner as usize).div_ceil(part_len) as u64;
         args.part_len = part_len as u64;
         args.parts = args.outer * args.row_parts;
+        args.groups = 1;
         let warps = rows as u64 * args.row_parts;
         LaunchConfig {
             grid: (warps * 32).div_ceil(BATCH_NORM_BLOCK_SIZE as u64) as u32,
@@ -312,10 +313,15 @@ unsafe fn sums_then(
             cluster: 1,
         }
     } else {
-        let (rows_per_chunk, chunks) = chunking(args.outer as usize, channels, pack, device);
+        // Few channels: rows of the summed view hold several rows of channels, so that every
+        // lane of a tile has a column.
+        let tile = column_sum_tile_cols(pack);
+        args.groups = if channels < tile && tile % channels == 0 { (tile / channels) as u64 } else { 1 };
+        let width = channels * args.groups as usize;
+        let (rows_per_chunk, chunks) = chunking(args.outer.div_ceil(args.groups) as usize, width, pack, device);
         args.part_len = rows_per_chunk;
         args.parts = chunks;
-        let tiles = channels.div_ceil(column_sum_tile_cols(pack)) as u32;
+        let tiles = width.div_ceil(tile) as u32;
         LaunchConfig {
             grid: tiles * chunks as u32,
             block: COLUMN_SUM_WARPS * 32,
@@ -323,15 +329,15 @@ unsafe fn sums_then(
             cluster: 1,
         }
     };
-    let floats = 2 * args.parts as usize * channels + BATCH_NORM_COEFFICIENTS * channels;
+    let floats = 2 * (args.parts * args.groups) as usize * channels + BATCH_NORM_COEFFICIENTS * channels;
     // SAFETY: the sums write every part the finalize reads, and the finalize every
     // coefficient the apply pass reads, in stream order.
     let workspace =
         unsafe { DeviceBuffer::<f32>::uninitialized_async(floats, stream.raw()) }.during("cuMemAllocAsync")?;
     args.partial = workspace.as_device_ptr().as_raw();
-    args.coefficients = args.partial + 4 * 2 * args.parts * args.channels;
+    args.coefficients = args.partial + 4 * 2 * args.parts * args.groups * args.channels;
     let finalize_config = LaunchConfig {
-        grid: grid_stride_blocks(args.channels, BATCH_NORM_BLOCK_SIZE, device),
+        grid: grid_stride_blocks(32 * args.channels, BATCH_NORM_BLOCK_SIZE, device),
         block: BATCH_NORM_BLOCK_SIZE,
         shared_bytes: 0,
         cluster: 1,
@@ -438,7 +444,7 @@ pub fn forward<T: Element>(stream: &Stream, options: Options, call: Forward<'_, 
                 .during("cuMemAllocAsync")?;
             args.coefficients = workspace.as_device_ptr().as_raw();
             let config = LaunchConfig {
-                grid: grid_stride_blocks(channels as u64, BATCH_NORM_BLOCK_SIZE, stream.gpu().info()),
+                grid: grid_stride_blocks(32 * channels as u64, BATCH_NORM_BLOCK_SIZE, stream.gpu().info()),
                 block: BATCH_NORM_BLOCK_SIZE,
                 shared_bytes: 0,
                 cluster: 1,
@@ -529,7 +535,7 @@ pub fn relu_with_mask<T: Element>(
     mask: &mut impl AsViewMut<u32>,
 ) -> Result<()> {
     let (x, y, mask) = (x.as_view(), y.as_view_mut(), mask.as_view_mut());
-    flat::<T>(stream, Kind::ForwardRelu, [x.address(), 0, y.address()], (x.len(), y.len()), Some((mask.address(), mask.len())))
+    flat::<T>(stream, Kind::ReluWithMask, [x.address(), 0, y.address()], (x.len(), y.len()), Some((mask.address(), mask.len())))
 }
 
 /// `dx = dy` where the mask's bit is set, else 0.
@@ -540,7 +546,7 @@ pub fn relu_backward_from_mask<T: Element>(
     dx: &mut impl AsViewMut<T>,
 ) -> Result<()> {
     let (dy, mask, dx) = (dy.as_view(), mask.as_view(), dx.as_view_mut());
-    flat::<T>(stream, Kind::BackwardRelu, [0, dy.address(), dx.address()], (dy.len(), dx.len()), Some((mask.address(), mask.len())))
+    flat::<T>(stream, Kind::ReluBackwardFromMask, [0, dy.address(), dx.address()], (dy.len(), dx.len()), Some((mask.address(), mask.len())))
 }
 
 /// `dx = dy` where `y > 0`, else 0: the ReLU backward the mask replaces.

@@ -8,8 +8,8 @@
 //!    forward sums `x - k` and `(x - k)^2` about a shift `k` per channel (its first element,
 //!    so the variance loses no bits to a large mean); the backward sums `g` and
 //!    `g (x - mean)`, `g` being `dy` where the ReLU let the element through.
-//! 2. **finalize** ([`finalize_forward`], [`finalize_backward`]): a thread per channel adds
-//!    its parts in order (no atomics: the same bits every run) and writes the saved
+//! 2. **finalize** ([`finalize_forward`], [`finalize_backward`]): a warp per channel adds
+//!    its parts in a fixed order (no atomics: the same bits every run) and writes the saved
 //!    statistics, the running statistics, the parameter gradients and the per-channel
 //!    coefficients of pass 3.
 //! 3. **apply** ([`apply`]): one pass of 16-byte packs over the tensor in memory order, a
@@ -182,20 +182,26 @@ fn chunk_word<const P: usize>(slots: &[u32; P], w: u32) -> u32 {
     word
 }
 
-/// An elementwise pass of the apply kernel: what it reads and writes for `P` consecutive
-/// elements from element `i`, whose channels are `channels`.
-trait ApplyPass {
-    /// Whether the pass writes the mask (forward) or reads it (backward).
-    const WRITES_MASK: bool;
-    /// Whether the pass reads the mask.
-    const READS_MASK: bool;
+/// The per-channel coefficients of `P` consecutive elements: `[coefficient][element]`.
+type PackCoefficients<const P: usize> = [[f32; P]; BATCH_NORM_COEFFICIENTS];
 
-    /// Processes the elements; `bits` are their mask bits (bit `j` for element `j`) where
-    /// the pass reads the mask. Returns the bits to set where it writes it.
+/// An elementwise pass of the apply kernel: what it reads and writes for `P` consecutive
+/// elements from element `i`.
+trait ApplyPass {
+    /// Whether the pass writes the mask (forward) or reads it (backward; then it is always
+    /// there).
+    const WRITES_MASK: bool;
+    const READS_MASK: bool;
+    /// Whether the pass reads the finalize's coefficients (the standalone ReLU ops do not).
+    const AFFINE: bool;
+
+    /// Processes the elements with their coefficients `k`; `bits` are their mask bits (bit
+    /// `j` for element `j`) where the pass reads the mask. Returns the bits to set where it
+    /// writes it.
     ///
     /// # Safety
     /// The elements must be inside the view; `i` aligned to `P` where `P > 1`.
-    unsafe fn pack<const P: usize>(&self, i: u64, channels: [u32; P], bits: u32) -> u32;
+    unsafe fn pack<const P: usize>(&self, i: u64, k: &PackCoefficients<P>, bits: u32) -> u32;
 }
 
 /// The tensors of an apply pass, as flat arrays of `T`.
@@ -248,30 +254,30 @@ fn relu(y: f32) -> f32 {
     if y <= 0.0 { 0.0 } else { y }
 }
 
-/// The forward apply: `y = act(a x + b [+ addend])`, its mask bits where `y > 0`. Without
-/// coefficients (`affine == false`) it is `act(x)`: the standalone ReLU with a mask.
-struct ForwardPass<T, const ACT: Activation> {
+/// The forward apply: `y = act(scale (x - center) + shift [+ addend])`, its mask bits where
+/// `y > 0`. Without coefficients (`AFFINE == false`) it is `act(x)`: the standalone ReLU with
+/// a mask.
+struct ForwardPass<T, const ACT: Activation, const AFFINE: bool> {
     x: Flat<T>,
     addend: Flat<T>,
     y: Flat<T>,
-    coefficients: [PerChannel; BATCH_NORM_COEFFICIENTS],
 }
 
-impl<T: Scalar, const ACT: Activation> ApplyPass for ForwardPass<T, ACT> {
+impl<T: Scalar, const ACT: Activation, const AFFINE: bool> ApplyPass for ForwardPass<T, ACT, AFFINE> {
     const WRITES_MASK: bool = !matches!(ACT, Activation::None);
     const READS_MASK: bool = false;
+    const AFFINE: bool = AFFINE;
 
     #[inline(always)]
-    unsafe fn pack<const P: usize>(&self, i: u64, channels: [u32; P], _bits: u32) -> u32 {
+    unsafe fn pack<const P: usize>(&self, i: u64, k: &PackCoefficients<P>, _bits: u32) -> u32 {
         // SAFETY: forwarded; the addend has x's shape.
         unsafe {
             let x = self.x.load::<P>(i);
             let addend = if ACT == Activation::AddRelu { self.addend.load::<P>(i) } else { [0.0; P] };
             let mut bits = 0;
             let y = unrolled_array(|j| {
-                let [scale, center, shift, _] = &self.coefficients;
-                let c = channels[j];
-                let mut y = scale.get(c, 1.0) * (x[j] - center.get(c, 0.0)) + shift.get(c, 0.0);
+                let [scale, center, shift, _] = k;
+                let mut y = if AFFINE { scale[j] * (x[j] - center[j]) + shift[j] } else { x[j] };
                 if ACT == Activation::AddRelu {
                     y += addend[j];
                 }
@@ -288,40 +294,32 @@ impl<T: Scalar, const ACT: Activation> ApplyPass for ForwardPass<T, ACT> {
 }
 
 /// The backward apply: `g = dy` where the mask lets the element through (else 0), then
-/// `dx = a g + b x + c` and, with Add + ReLU, `d(addend) = g`. Without coefficients it is
-/// the ReLU backward from the mask, `dx = g`.
-struct BackwardPass<T, const ACT: Activation> {
+/// `dx = scale g + slope (x - center) + shift` and, with Add + ReLU, `d(addend) = g`.
+/// Without coefficients it is the ReLU backward from the mask, `dx = g`.
+struct BackwardPass<T, const ACT: Activation, const AFFINE: bool> {
     dy: Flat<T>,
     x: Flat<T>,
     dx: Flat<T>,
     daddend: Flat<T>,
-    coefficients: [PerChannel; BATCH_NORM_COEFFICIENTS],
-    affine: bool,
 }
 
-impl<T: Scalar, const ACT: Activation> ApplyPass for BackwardPass<T, ACT> {
+impl<T: Scalar, const ACT: Activation, const AFFINE: bool> ApplyPass for BackwardPass<T, ACT, AFFINE> {
     const WRITES_MASK: bool = false;
     const READS_MASK: bool = !matches!(ACT, Activation::None);
+    const AFFINE: bool = AFFINE;
 
     #[inline(always)]
-    unsafe fn pack<const P: usize>(&self, i: u64, channels: [u32; P], bits: u32) -> u32 {
+    unsafe fn pack<const P: usize>(&self, i: u64, k: &PackCoefficients<P>, bits: u32) -> u32 {
         // SAFETY: forwarded; every array has x's shape.
         unsafe {
             let dy = self.dy.load::<P>(i);
-            let x = if self.affine { self.x.load::<P>(i) } else { [0.0; P] };
+            let x = if AFFINE { self.x.load::<P>(i) } else { [0.0; P] };
             let g: [f32; P] = unrolled_array(|j| if Self::READS_MASK && bits & (1 << j) == 0 { 0.0 } else { dy[j] });
             if ACT == Activation::AddRelu {
                 self.daddend.store::<P>(i, g);
             }
-            let dx = if self.affine {
-                let [scale, center, shift, slope] = &self.coefficients;
-                unrolled_array(|j| {
-                    let c = channels[j];
-                    scale.get(c, 0.0) * g[j] + slope.get(c, 0.0) * (x[j] - center.get(c, 0.0)) + shift.get(c, 0.0)
-                })
-            } else {
-                g
-            };
+            let [scale, center, shift, slope] = k;
+            let dx = unrolled_array(|j| if AFFINE { scale[j] * g[j] + slope[j] * (x[j] - center[j]) + shift[j] } else { g[j] });
             self.dx.store::<P>(i, dx);
             0
         }
@@ -338,9 +336,10 @@ struct ReluBackwardPass<T> {
 impl<T: Scalar> ApplyPass for ReluBackwardPass<T> {
     const WRITES_MASK: bool = false;
     const READS_MASK: bool = false;
+    const AFFINE: bool = false;
 
     #[inline(always)]
-    unsafe fn pack<const P: usize>(&self, i: u64, _channels: [u32; P], _bits: u32) -> u32 {
+    unsafe fn pack<const P: usize>(&self, i: u64, _k: &PackCoefficients<P>, _bits: u32) -> u32 {
         // SAFETY: forwarded.
         unsafe {
             let (dy, y) = (self.dy.load::<P>(i), self.y.load::<P>(i));
@@ -350,37 +349,83 @@ impl<T: Scalar> ApplyPass for ReluBackwardPass<T> {
     }
 }
 
-/// Runs `pass` over the `len` elements of the view: full chunks of 32 packs a warp,
-/// grid-strided, then the last partial chunk element by element (lane `l` of slot `t` takes
-/// element `32 t + l` of it, so each slot's ballot is a mask word as it stands).
+/// The coefficient vectors the finalize kernel wrote: f32 `[BATCH_NORM_COEFFICIENTS,
+/// channels]`, read through the read-only path (every warp re-reads them).
+#[derive(Clone, Copy)]
+struct Coefficients {
+    vectors: ColumnLoad<f32>,
+    channels: u64,
+}
+
+impl Coefficients {
+    /// # Safety
+    /// `args.coefficients` must hold the vectors where a pass reads them.
+    #[inline(always)]
+    unsafe fn of(args: &BatchNormArgs) -> Self {
+        // SAFETY: forwarded (a pass without coefficients never reads them).
+        Coefficients { vectors: unsafe { ColumnLoad::new(args.coefficients) }, channels: args.channels }
+    }
+
+    /// Coefficient `k` of channel `c`.
+    ///
+    /// # Safety
+    /// `c` must be a channel.
+    #[inline(always)]
+    unsafe fn get(&self, k: usize, c: u32) -> f32 {
+        // SAFETY: forwarded.
+        unsafe { self.vectors.load::<1>(k as u64 * self.channels + c as u64)[0] }
+    }
+
+    /// The coefficients of elements in `channels`.
+    ///
+    /// # Safety
+    /// Every entry must be a channel.
+    #[inline(always)]
+    unsafe fn each<const P: usize>(&self, channels: [u32; P]) -> PackCoefficients<P> {
+        // SAFETY: forwarded.
+        core::array::from_fn(|k| unrolled_array(|j| unsafe { self.get(k, channels[j]) }))
+    }
+
+    /// The coefficients of `P` elements of channel `c`: one load each.
+    ///
+    /// # Safety
+    /// `c` must be a channel.
+    #[inline(always)]
+    unsafe fn one<const P: usize>(&self, c: u32) -> PackCoefficients<P> {
+        // SAFETY: forwarded.
+        core::array::from_fn(|k| [unsafe { self.get(k, c) }; P])
+    }
+}
+
+/// The whole chunks of the apply pass: chunk `at`, then `at + warps`, ..., `coefficients`
+/// giving each pack's from its walk. Returns the first chunk index past the last.
 ///
 /// # Safety
-/// The pass's arrays must hold `len` elements aligned to `P`; the mask `ceil(len / 32)`
-/// words; the grid a whole number of warps.
+/// As [`apply`].
 #[inline(always)]
-unsafe fn apply<A: ApplyPass, const P: usize>(pass: &A, extent: Extent, len: u64, mask: u64) {
-    let chunk = (WARP_SIZE as usize * P) as u64;
+unsafe fn whole_chunks<A: ApplyPass, const P: usize>(
+    pass: &A,
+    extent: Extent,
+    (mut at, warps, chunks): (u64, u64, u64),
+    words: *mut u32,
+    coefficients: impl Fn(ChannelWalk) -> PackCoefficients<P>,
+) -> u64 {
     let lane = lane_id();
-    let warp = (block_idx_x() * block_dim_x() + thread_idx_x()) as u64 / WARP_SIZE as u64;
-    let warps = (grid_dim_x() * block_dim_x()) as u64 / WARP_SIZE as u64;
-    let chunks = len / chunk;
-    let words = mask as *mut u32;
-    let has_mask = mask != 0;
+    let chunk = (WARP_SIZE as usize * P) as u64;
+    let mut walk = extent.at((at * WARP_SIZE as u64 + lane as u64) * P as u64);
+    let stride = extent.stride(warps * chunk);
     // SAFETY (whole body): every element index is below `len`, every word below
     // `ceil(len / 32)`, and each ballot is reached by the whole warp.
     unsafe {
-        let mut at = warp;
-        let mut walk = extent.at((at * WARP_SIZE as u64 + lane as u64) * P as u64);
-        let stride = extent.stride(warps * chunk);
         while at < chunks {
             let i = (at * WARP_SIZE as u64 + lane as u64) * P as u64;
-            let bits = if A::READS_MASK && has_mask {
+            let bits = if A::READS_MASK {
                 (words.add((i / 32) as usize).read() >> (i % 32)) & ((1u64 << P) - 1) as u32
             } else {
                 0
             };
-            let set = pass.pack::<P>(i, extent.channels::<P>(walk), bits);
-            if A::WRITES_MASK && has_mask {
+            let set = pass.pack::<P>(i, &coefficients(walk), bits);
+            if A::WRITES_MASK && !words.is_null() {
                 let slots: [u32; P] = unrolled_array(|j| ballot(ALL_LANES, set & (1 << j) != 0));
                 if (lane as usize) < P {
                     words.add((at * P as u64 + lane as u64) as usize).write(chunk_word::<P>(&slots, lane));
@@ -389,15 +434,54 @@ unsafe fn apply<A: ApplyPass, const P: usize>(pass: &A, extent: Extent, len: u64
             walk = extent.advance(walk, stride);
             at += warps;
         }
+    }
+    at
+}
+
+/// Runs `pass` over the `len` elements of the view: full chunks of 32 packs a warp,
+/// grid-strided, then the last partial chunk element by element (lane `l` of slot `t` takes
+/// element `32 t + l` of it, so each slot's ballot is a mask word as it stands). A pack's
+/// coefficients are read once a thread where its channels never change (channels-last,
+/// the grid's stride a whole number of rows), once a pack where the pack is one channel,
+/// else per element.
+///
+/// # Safety
+/// The pass's arrays must hold `len` elements aligned to `P`; the mask `ceil(len / 32)`
+/// words (always, where the pass reads it); the coefficients as [`Coefficients::of`]; the
+/// grid a whole number of warps.
+#[inline(always)]
+unsafe fn apply<A: ApplyPass, const P: usize>(pass: &A, extent: Extent, len: u64, mask: u64, k: Coefficients) {
+    let chunk = (WARP_SIZE as usize * P) as u64;
+    let lane = lane_id();
+    let warp = (block_idx_x() * block_dim_x() + thread_idx_x()) as u64 / WARP_SIZE as u64;
+    let warps = (grid_dim_x() * block_dim_x()) as u64 / WARP_SIZE as u64;
+    let chunks = len / chunk;
+    let words = mask as *mut u32;
+    let walk = extent.at((warp * WARP_SIZE as u64 + lane as u64) * P as u64);
+    let stride = extent.stride(warps * chunk);
+    let span = (warp, warps, chunks);
+    // SAFETY (whole body): as the caller promised; every channel a walk gives is one.
+    unsafe {
+        let at = if !A::AFFINE {
+            whole_chunks(pass, extent, span, words, |_| [[0.0; P]; BATCH_NORM_COEFFICIENTS])
+        } else if extent.inner == 1 && stride.c == 0 {
+            let fixed = k.each::<P>(extent.channels::<P>(walk));
+            whole_chunks(pass, extent, span, words, |_| fixed)
+        } else if extent.inner % P as u32 == 0 {
+            whole_chunks(pass, extent, span, words, |walk| k.one::<P>(walk.c))
+        } else {
+            whole_chunks(pass, extent, span, words, |walk| k.each::<P>(extent.channels::<P>(walk)))
+        };
         // The partial chunk: the warp that would take it next.
         if at == chunks && chunks * chunk < len {
             unroll::<P>(|t| {
                 let i = chunks * chunk + (t as u64) * WARP_SIZE as u64 + lane as u64;
                 let inside = i < len;
                 let word = (i / 32) as usize;
-                let bits = if A::READS_MASK && has_mask && inside { (words.add(word).read() >> lane) & 1 } else { 0 };
-                let set = if inside { pass.pack::<1>(i, [extent.at(i).c], bits) } else { 0 };
-                if A::WRITES_MASK && has_mask {
+                let bits = if A::READS_MASK && inside { (words.add(word).read() >> lane) & 1 } else { 0 };
+                let coefficients = if A::AFFINE && inside { k.each::<1>([extent.at(i).c]) } else { [[0.0]; 4] };
+                let set = if inside { pass.pack::<1>(i, &coefficients, bits) } else { 0 };
+                if A::WRITES_MASK && !words.is_null() {
                     let word_bits = ballot(ALL_LANES, set != 0);
                     if lane == 0 && (i - lane as u64) < len {
                         words.add(word).write(word_bits);
@@ -412,62 +496,83 @@ unsafe fn apply<A: ApplyPass, const P: usize>(pass: &A, extent: Extent, len: u64
 ///
 /// # Safety
 /// `args` must describe live arrays of `outer * channels * inner` elements of `T` aligned to
-/// `P`, per-channel coefficients where the pass reads them, and a grid of whole warps.
+/// `P`, the finalize's coefficients, and a grid of whole warps.
 #[inline(always)]
 pub unsafe fn forward_apply<T: Scalar, const ACT: Activation, const P: usize>(args: &BatchNormArgs) {
     // SAFETY: forwarded.
-    unsafe {
-        let pass = ForwardPass::<T, ACT> {
-            x: Flat::new(args.x),
-            addend: Flat::new(args.second),
-            y: Flat::new(args.output),
-            coefficients: coefficients(args),
-        };
-        apply::<_, P>(&pass, Extent::of(args), len(args), args.mask);
-    }
+    unsafe { forward::<T, ACT, true, P>(args) }
+}
+
+/// The standalone `y = relu(x)` with its mask.
+///
+/// # Safety
+/// As [`forward_apply`], without coefficients; the mask may be absent (0).
+#[inline(always)]
+pub unsafe fn relu_with_mask<T: Scalar, const P: usize>(args: &BatchNormArgs) {
+    // SAFETY: forwarded.
+    unsafe { forward::<T, { Activation::Relu }, false, P>(args) }
 }
 
 /// # Safety
 /// As [`forward_apply`].
 #[inline(always)]
-pub unsafe fn backward_apply<T: Scalar, const ACT: Activation, const P: usize>(args: &BatchNormArgs) {
+unsafe fn forward<T: Scalar, const ACT: Activation, const AFFINE: bool, const P: usize>(args: &BatchNormArgs) {
     // SAFETY: forwarded.
     unsafe {
-        let pass = BackwardPass::<T, ACT> {
+        let pass = ForwardPass::<T, ACT, AFFINE> {
+            x: Flat::new(args.x),
+            addend: Flat::new(args.second),
+            y: Flat::new(args.output),
+        };
+        apply::<_, P>(&pass, Extent::of(args), len(args), args.mask, Coefficients::of(args));
+    }
+}
+
+/// # Safety
+/// As [`forward_apply`], the mask present where `ACT` has a ReLU.
+#[inline(always)]
+pub unsafe fn backward_apply<T: Scalar, const ACT: Activation, const P: usize>(args: &BatchNormArgs) {
+    // SAFETY: forwarded.
+    unsafe { backward::<T, ACT, true, P>(args) }
+}
+
+/// The standalone ReLU backward from the mask.
+///
+/// # Safety
+/// As [`forward_apply`], without coefficients, with the mask.
+#[inline(always)]
+pub unsafe fn relu_backward_from_mask<T: Scalar, const P: usize>(args: &BatchNormArgs) {
+    // SAFETY: forwarded.
+    unsafe { backward::<T, { Activation::Relu }, false, P>(args) }
+}
+
+/// # Safety
+/// As [`backward_apply`].
+#[inline(always)]
+unsafe fn backward<T: Scalar, const ACT: Activation, const AFFINE: bool, const P: usize>(args: &BatchNormArgs) {
+    // SAFETY: forwarded.
+    unsafe {
+        let pass = BackwardPass::<T, ACT, AFFINE> {
             dy: Flat::new(args.second),
             x: Flat::new(args.x),
             dx: Flat::new(args.output),
             daddend: Flat::new(args.second_output),
-            coefficients: coefficients(args),
-            affine: args.coefficients != 0,
         };
-        apply::<_, P>(&pass, Extent::of(args), len(args), args.mask);
+        apply::<_, P>(&pass, Extent::of(args), len(args), args.mask, Coefficients::of(args));
     }
 }
 
 /// The ReLU backward from `y` (`args.x` holds y).
 ///
 /// # Safety
-/// As [`forward_apply`].
+/// As [`forward_apply`], without coefficients.
 #[inline(always)]
 pub unsafe fn relu_backward<T: Scalar, const P: usize>(args: &BatchNormArgs) {
     // SAFETY: forwarded.
     unsafe {
         let pass = ReluBackwardPass::<T> { dy: Flat::new(args.second), y: Flat::new(args.x), dx: Flat::new(args.output) };
-        apply::<_, P>(&pass, Extent::of(args), len(args), 0);
+        apply::<_, P>(&pass, Extent::of(args), len(args), 0, Coefficients::of(args));
     }
-}
-
-/// The per-channel coefficient vectors the finalize kernel wrote (none for the standalone
-/// ReLU ops).
-///
-/// # Safety
-/// A non-zero `args.coefficients` must hold `BATCH_NORM_COEFFICIENTS x channels` f32.
-#[inline(always)]
-unsafe fn coefficients(args: &BatchNormArgs) -> [PerChannel; BATCH_NORM_COEFFICIENTS] {
-    let at = |k: usize| if args.coefficients == 0 { 0 } else { args.coefficients + 4 * k as u64 * args.channels };
-    // SAFETY: forwarded.
-    core::array::from_fn(|k| unsafe { PerChannel::new(at(k)) })
 }
 
 #[inline(always)]
@@ -592,14 +697,28 @@ unsafe fn row_sums<C: ChannelTerms, const P: usize>(terms: &C, args: &BatchNormA
                 second += b[0];
             }
         }
-        let mut i = head_end + lane * P as u64;
-        while i < packs_end {
-            let (a, b) = terms.terms::<P>(terms.fetch::<P>(i), [center; P]);
+        let step = WARP_SIZE as u64 * P as u64;
+        let mut add = |fetched| {
+            let (a, b) = terms.terms::<P>(fetched, [center; P]);
             unroll::<P>(|j| {
                 first += a[j];
                 second += b[j];
             });
-            i += WARP_SIZE as u64 * P as u64;
+        };
+        // Four packs' loads in flight per lane, then the rest one by one.
+        let mut i = head_end + lane * P as u64;
+        while i + 3 * step < packs_end {
+            let fetch = |u: u64| terms.fetch::<P>(i + u * step);
+            let fetched = (fetch(0), fetch(1), fetch(2), fetch(3));
+            add(fetched.0);
+            add(fetched.1);
+            add(fetched.2);
+            add(fetched.3);
+            i += 4 * step;
+        }
+        while i < packs_end {
+            add(terms.fetch::<P>(i));
+            i += step;
         }
         let (first, second) = (warp_sum(first), warp_sum(second));
         if lane == 0 {
@@ -621,36 +740,45 @@ fn warp_sum(mut value: f32) -> f32 {
     value
 }
 
-/// Channel terms as column sums of the `(outer, channels)` view (`inner == 1`): a lane's
-/// columns are channels, their centers read once.
+/// Channel terms as column sums (`inner == 1`) over a view `groups` rows of channels wide,
+/// so that at few channels every lane of a tile still has a column: column `col` is channel
+/// `col % channels`, and a pack past the last element adds nothing. A lane's centers are
+/// read once.
 struct ColumnChannels<'a, C> {
     terms: &'a C,
     channels: u64,
+    width: u64,
+    len: u64,
 }
 
 impl<C: ChannelTerms, const P: usize> ColumnTerms<P> for ColumnChannels<'_, C> {
     type Loaded = C::Fetched<P>;
-    type Lane = [f32; P];
+    /// The centers of the lane's channels, and its column.
+    type Lane = ([f32; P], u64);
 
     #[inline(always)]
-    unsafe fn lane(&self, col: u64) -> [f32; P] {
-        // SAFETY: forwarded.
-        unrolled_array(|j| unsafe { self.terms.center((col + j as u64) as u32) })
+    unsafe fn lane(&self, col: u64) -> Self::Lane {
+        // SAFETY: forwarded; `% channels` keeps every index a channel.
+        (unrolled_array(|j| unsafe { self.terms.center(((col + j as u64) % self.channels) as u32) }), col)
     }
 
     #[inline(always)]
     unsafe fn load(&self, row: u64, col: u64) -> C::Fetched<P> {
-        // SAFETY: forwarded.
-        unsafe { self.terms.fetch::<P>(row * self.channels + col) }
+        let i = row * self.width + col;
+        // SAFETY: forwarded; a pack past the end reads the first one instead, and `add`
+        // drops it.
+        unsafe { self.terms.fetch::<P>(if i < self.len { i } else { 0 }) }
     }
 
     #[inline(always)]
-    unsafe fn add(&self, centers: &[f32; P], _row: u64, loaded: C::Fetched<P>, first: &mut [f32; P], second: &mut [f32; P]) {
-        let (a, b) = self.terms.terms::<P>(loaded, *centers);
-        unroll::<P>(|j| {
-            first[j] += a[j];
-            second[j] += b[j];
-        });
+    unsafe fn add(&self, (centers, col): &Self::Lane, row: u64, loaded: C::Fetched<P>, first: &mut [f32; P], second: &mut [f32; P]) {
+        if row * self.width + col < self.len {
+            let (a, b) = self.terms.terms::<P>(loaded, *centers);
+            unroll::<P>(|j| {
+                first[j] += a[j];
+                second[j] += b[j];
+            });
+        }
     }
 
     #[inline(always)]
@@ -670,14 +798,16 @@ unsafe fn channel_sums<C: ChannelTerms, const P: usize>(terms: &C, args: &BatchN
         if args.inner > 1 {
             row_sums::<C, P>(terms, args);
         } else {
+            let width = args.channels * args.groups;
             let at = Columns {
-                rows: args.outer,
-                cols: args.channels,
+                rows: args.outer.div_ceil(args.groups),
+                cols: width,
                 rows_per_chunk: args.part_len,
                 chunks: args.parts,
                 partial: args.partial,
             };
-            columns::chunk_sums::<_, P>(&ColumnChannels { terms, channels: args.channels }, &at);
+            let view = ColumnChannels { terms, channels: args.channels, width, len: args.outer * args.channels };
+            columns::chunk_sums::<_, P>(&view, &at);
         }
     }
 }
@@ -714,7 +844,7 @@ pub unsafe fn grad_sums<T: Scalar, const P: usize>(args: &BatchNormArgs) {
 /// mean and invstd, the running statistics (unbiased variance, as PyTorch) and the apply
 /// pass's `y = scale (x - center) + shift`: `weight * invstd`, the mean, the bias. Eval (`parts == 0`) takes the
 /// running statistics instead. `T` is x's dtype (the shifts are its elements); `ONE` the
-/// table's pack, 1: a thread per channel.
+/// table's pack, 1: a warp per channel.
 ///
 /// # Safety
 /// `args` must describe live per-channel arrays, `partial` as the sums wrote it, and
@@ -722,9 +852,9 @@ pub unsafe fn grad_sums<T: Scalar, const P: usize>(args: &BatchNormArgs) {
 #[inline(always)]
 pub unsafe fn finalize_forward<T: Scalar, const ONE: usize>(args: &BatchNormArgs) {
     let count = (args.outer * args.inner) as f32;
-    let stride = (grid_dim_x() * block_dim_x()) as u64;
-    let mut c = (block_idx_x() * block_dim_x() + thread_idx_x()) as u64;
-    // SAFETY (whole body): `c < channels` indexes every per-channel array.
+    let (mut c, warps) = channel_warps();
+    let writer = lane_id() == 0;
+    // SAFETY (whole body): `c < channels` indexes every per-channel array; lane 0 writes.
     unsafe {
         let shifts = StatsTerms::<T> { x: Flat::new(args.x), inner: args.inner };
         let weight = PerChannel::new(args.weight);
@@ -742,6 +872,10 @@ pub unsafe fn finalize_forward<T: Scalar, const ONE: usize>(args: &BatchNormArgs
                 (shift + m, (second / count - m * m).max(0.0))
             };
             let invstd = rsqrt(var + args.eps);
+            if !writer {
+                c += warps;
+                continue;
+            }
             if args.parts != 0 {
                 if args.save_mean != 0 {
                     (args.save_mean as *mut f32).add(c as usize).write(mean);
@@ -758,30 +892,53 @@ pub unsafe fn finalize_forward<T: Scalar, const ONE: usize>(args: &BatchNormArgs
             coefficients.add(at(0)).write(weight.get(c as u32, 1.0) * invstd);
             coefficients.add(at(1)).write(mean);
             coefficients.add(at(2)).write(bias.get(c as u32, 0.0));
-            c += stride;
+            c += warps;
         }
     }
 }
 
-/// Channel `c`'s two sums over its parts, in part order.
+/// `(warp, warps)`: the finalize kernels take a channel a warp.
+#[inline(always)]
+fn channel_warps() -> (u64, u64) {
+    let warp = (block_idx_x() * block_dim_x() + thread_idx_x()) / WARP_SIZE;
+    (warp as u64, (grid_dim_x() * block_dim_x() / WARP_SIZE) as u64)
+}
+
+/// Channel `c`'s two sums over its parts (and groups), in lane 0: lane `l` adds parts `l,
+/// l + 32, ...` in order, four loads in flight, then the lanes' sums add up in a fixed
+/// tree, so every run gives the same bits.
 ///
 /// # Safety
-/// `partial` must hold `2 x parts x channels` f32 and `c` be a channel.
+/// `partial` must hold `2 x parts x groups x channels` f32 and `c` be a channel; the whole
+/// warp must call it.
 #[inline(always)]
 unsafe fn part_totals(args: &BatchNormArgs, c: u64) -> (f32, f32) {
     let partial = args.partial as *const f32;
+    let parts = args.parts * args.groups;
+    let second_at = (parts * args.channels) as usize;
     let (mut first, mut second) = (0.0, 0.0);
-    let mut part = 0;
-    while part < args.parts {
+    let step = WARP_SIZE as u64;
+    let mut part = lane_id() as u64;
+    // SAFETY (loads): every part index is below `parts`.
+    let load = |part: u64| unsafe {
         let at = (part * args.channels + c) as usize;
-        // SAFETY: forwarded.
-        unsafe {
-            first += partial.add(at).read();
-            second += partial.add(at + (args.parts * args.channels) as usize).read();
-        }
-        part += 1;
+        (partial.add(at).read(), partial.add(second_at + at).read())
+    };
+    while part + 3 * step < parts {
+        let loaded: [(f32, f32); 4] = core::array::from_fn(|u| load(part + u as u64 * step));
+        unroll::<4>(|u| {
+            first += loaded[u].0;
+            second += loaded[u].1;
+        });
+        part += 4 * step;
     }
-    (first, second)
+    while part < parts {
+        let (a, b) = load(part);
+        first += a;
+        second += b;
+        part += step;
+    }
+    (warp_sum(first), warp_sum(second))
 }
 
 /// Finalize of the backward: `dbias = sum g`, `dweight = invstd sum g (x - mean)`, and the
@@ -795,14 +952,17 @@ unsafe fn part_totals(args: &BatchNormArgs, c: u64) -> (f32, f32) {
 #[inline(always)]
 pub unsafe fn finalize_backward<T: Scalar, const ONE: usize>(args: &BatchNormArgs) {
     let count = (args.outer * args.inner) as f32;
-    let stride = (grid_dim_x() * block_dim_x()) as u64;
-    let mut c = (block_idx_x() * block_dim_x() + thread_idx_x()) as u64;
-    // SAFETY (whole body): `c < channels` indexes every per-channel array.
+    let (mut c, warps) = channel_warps();
+    // SAFETY (whole body): `c < channels` indexes every per-channel array; lane 0 writes.
     unsafe {
         let weight = PerChannel::new(args.weight);
         let coefficients = args.coefficients as *mut f32;
         while c < args.channels {
             let (sum_g, sum_gx) = part_totals(args, c);
+            if lane_id() != 0 {
+                c += warps;
+                continue;
+            }
             let mean = (args.save_mean as *const f32).add(c as usize).read();
             let invstd = (args.save_invstd as *const f32).add(c as usize).read();
             if args.dbias != 0 {
@@ -817,7 +977,7 @@ pub unsafe fn finalize_backward<T: Scalar, const ONE: usize>(args: &BatchNormArg
             coefficients.add(at(1)).write(mean);
             coefficients.add(at(2)).write(-scale * sum_g / count);
             coefficients.add(at(3)).write(-scale * invstd * invstd * sum_gx / count);
-            c += stride;
+            c += warps;
         }
     }
 }
