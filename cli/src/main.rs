@@ -68,6 +68,8 @@ fn op_hint(name: &str) -> Option<&'static str> {
         "nll_loss" | "cross_entropy_loss" => "use `cross_entropy --input logits --target t`",
         "native_layer_norm" => "use `layer_norm --output-mean m.npy --output-rstd r.npy`",
         "native_layer_norm_backward" => "use `layer_norm_backward --mean m.npy --rstd r.npy`",
+        "native_batch_norm" => "use `batch_norm --training --output-mean m.npy --output-invstd s.npy`",
+        "native_batch_norm_backward" => "use `batch_norm_backward --save-mean m.npy --save-invstd s.npy`",
         "layernorm" | "rmsnorm" | "fused_add_rms_norm" => {
             "the norms are layer_norm, rms_norm, add_layer_norm and add_rms_norm"
         }

@@ -1,6 +1,6 @@
-//! NumPy `.npy` files through `npyz`: the little- or big-endian `float32`, `float16` and
-//! `int64` arrays in C order that rill reads and writes (`int32` is read too, widened to
-//! `int64`, since NumPy's default integer is 32 bits on some platforms). `.npy` has no standard
+//! NumPy `.npy` files through `npyz`: the little- or big-endian `float32`, `float16`, `int64`
+//! and `int32` arrays in C order that rill reads and writes (`int32` holds a ReLU mask's
+//! words, and class indices where NumPy's default integer is 32 bits). `.npy` has no standard
 //! bfloat16, so none is offered.
 //!
 //! Errors are messages naming the file; no file makes this module panic.
@@ -10,7 +10,7 @@ use npyz::{AutoSerialize, DType, Deserialize, NpyFile, NpyHeader, Order, TypeCha
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
-const SUPPORTED: &str = "float32 ('<f4'), float16 ('<f2'), int64 ('<i8') and int32 ('<i4', read as int64)";
+const SUPPORTED: &str = "float32 ('<f4'), float16 ('<f2'), int64 ('<i8') and int32 ('<i4')";
 
 /// NumPy's limit on dimensions (`NPY_MAXDIMS`); npyz writes headers only up to 64 KiB.
 const MAX_DIMS: usize = 64;
@@ -21,6 +21,7 @@ pub enum NpyData {
     F32(Vec<f32>),
     F16(Vec<f16>),
     I64(Vec<i64>),
+    I32(Vec<i32>),
 }
 
 impl NpyData {
@@ -29,6 +30,7 @@ impl NpyData {
             NpyData::F32(v) => v.len(),
             NpyData::F16(v) => v.len(),
             NpyData::I64(v) => v.len(),
+            NpyData::I32(v) => v.len(),
         }
     }
 
@@ -38,7 +40,28 @@ impl NpyData {
             NpyData::F32(_) => "float32",
             NpyData::F16(_) => "float16",
             NpyData::I64(_) => "int64",
+            NpyData::I32(_) => "int32",
         }
+    }
+
+    /// int32 values as int64 (class indices, which the library takes as int64), others as
+    /// they are.
+    pub fn widened(self) -> Self {
+        match self {
+            NpyData::I32(v) => NpyData::I64(v.into_iter().map(i64::from).collect()),
+            other => other,
+        }
+    }
+
+    /// A bitmask's words as int32 of the same bits: NumPy and PyTorch handle int32 everywhere,
+    /// uint32 not.
+    pub fn from_words(words: Vec<u32>) -> Self {
+        NpyData::I32(words.into_iter().map(u32::cast_signed).collect())
+    }
+
+    /// The bits of int32 values as a bitmask's words, as [`NpyData::from_words`] wrote them.
+    pub fn words(&self) -> Option<Vec<u32>> {
+        if let NpyData::I32(v) = self { Some(v.iter().map(|w| w.cast_unsigned()).collect()) } else { None }
     }
 }
 
@@ -92,7 +115,7 @@ fn parse(bytes: &[u8]) -> Result<NpyArray, String> {
             NpyData::F16(values::<npyz::half::f16>(file)?.into_iter().map(|x| f16::from_bits(x.to_bits())).collect())
         }
         (TypeChar::Int, 8) => NpyData::I64(values(file)?),
-        (TypeChar::Int, 4) => NpyData::I64(values::<i32>(file)?.into_iter().map(i64::from).collect()),
+        (TypeChar::Int, 4) => NpyData::I32(values(file)?),
         _ => return Err(format!("dtype '{type_str}' is not supported; supported dtypes are {SUPPORTED}")),
     };
     Ok(NpyArray { shape, data })
@@ -117,6 +140,7 @@ pub fn write(path: &Path, shape: &[usize], data: &NpyData) -> Result<(), String>
             NpyData::F32(v) => write_values(out, &shape, v.iter().copied()),
             NpyData::F16(v) => write_values(out, &shape, v.iter().map(|x| npyz::half::f16::from_bits(x.to_bits()))),
             NpyData::I64(v) => write_values(out, &shape, v.iter().copied()),
+            NpyData::I32(v) => write_values(out, &shape, v.iter().copied()),
         }
     });
     written.map_err(|err| format!("{}: {err}", path.display()))
@@ -216,6 +240,18 @@ mod tests {
     }
 
     #[test]
+    fn i32_round_trips_and_holds_mask_words_bit_for_bit() {
+        for shape in SHAPES {
+            round_trip("i32", shape, NpyData::I32((0..count(shape)).map(|i| i as i32 * -7).collect()));
+        }
+        let words = vec![0, 1, 0x8000_0000, u32::MAX, 0xdead_beef];
+        let data = NpyData::from_words(words.clone());
+        assert_eq!(data.words(), Some(words));
+        round_trip("words", &[5], data);
+        assert_eq!(NpyData::F32(vec![1.0]).words(), None);
+    }
+
+    #[test]
     fn nan_payload_survives() {
         let file = TempFile::new("nan");
         let nan = f32::from_bits(0x7fc0_1234);
@@ -252,7 +288,9 @@ mod tests {
         let mut payload = (-3i32).to_le_bytes().to_vec();
         payload.extend_from_slice(&i32::MAX.to_le_bytes());
         let bytes = header_file("{\"descr\": \"<i4\", \"fortran_order\": False, \"shape\": (2,)}", &payload);
-        assert_eq!(parse(&bytes).unwrap().data, NpyData::I64(vec![-3, i64::from(i32::MAX)]));
+        let data = parse(&bytes).unwrap().data;
+        assert_eq!(data, NpyData::I32(vec![-3, i32::MAX]));
+        assert_eq!(data.widened(), NpyData::I64(vec![-3, i64::from(i32::MAX)]));
     }
 
     fn message(bytes: &[u8]) -> String {

@@ -58,6 +58,8 @@ pub enum Holds {
     /// float32 or the op's element type (a norm's weight and bias); does not set the
     /// element type.
     Param,
+    /// int32: a 1-bit mask's words, as a forward's `--output-mask` wrote them.
+    Mask,
 }
 
 /// An op's command line as the runner uses it: the files to read with what each must hold,
@@ -74,6 +76,9 @@ pub struct Invocation<'a> {
     /// The axis the op works along, which must be the last.
     dim: i64,
     normalized_shape: Option<&'a NormalizedShape>,
+    /// Why the flags given do not go together, saying what to change: a usage error before
+    /// any file is read.
+    misuse: Option<String>,
 }
 
 impl<'a> Invocation<'a> {
@@ -85,6 +90,7 @@ impl<'a> Invocation<'a> {
             extra_outputs: Vec::new(),
             dim: -1,
             normalized_shape: None,
+            misuse: None,
         }
     }
 
@@ -109,6 +115,10 @@ impl<'a> Invocation<'a> {
 
     pub fn normalized_shape(self, normalized_shape: Option<&'a NormalizedShape>) -> Self {
         Invocation { normalized_shape, ..self }
+    }
+
+    pub fn misuse(self, misuse: Option<String>) -> Self {
+        Invocation { misuse, ..self }
     }
 }
 
@@ -149,6 +159,14 @@ impl Context<'_> {
         self.optional(flag)?.ok_or_else(|| rill::Error::InvalidInput(format!("--{flag} is missing")))
     }
 
+    /// The mask given with `--flag`, if any, copied to the device as its `u32` words.
+    pub fn mask(&self, flag: &str) -> rill::Result<Option<Tensor<u32>>> {
+        let Some(input) = self.inputs.iter().find(|input| input.flag == flag) else { return Ok(None) };
+        let words = input.array.data.words();
+        let words = words.ok_or_else(|| rill::Error::InvalidInput(format!("--{flag} is not int32")))?;
+        Tensor::from_slice(self.gpu, &words, &input.array.shape).map(Some)
+    }
+
     /// Whether the input given with `--flag` is float16.
     pub fn is_f16(&self, flag: &str) -> bool {
         self.inputs.iter().any(|input| input.flag == flag && matches!(input.array.data, NpyData::F16(_)))
@@ -175,9 +193,16 @@ impl Context<'_> {
 
 pub fn run(op: &Op, verbose: bool) -> Result<(), Failure> {
     let invocation = op.invocation();
+    if let Some(misuse) = &invocation.misuse {
+        return Err(Failure::Usage(misuse.clone()));
+    }
     let mut inputs = Vec::new();
     for &(flag, holds, path) in &invocation.files {
-        inputs.push(Input { flag, holds, path, array: npy::read(path).map_err(Failure::Runtime)? });
+        let mut array = npy::read(path).map_err(Failure::Runtime)?;
+        if holds == Holds::Indices {
+            array.data = array.data.widened();
+        }
+        inputs.push(Input { flag, holds, path, array });
     }
     let dtype = check_dtypes(invocation.name, &inputs)?;
     let shape = &inputs[0].array.shape;
@@ -221,11 +246,13 @@ fn check_dtypes(op: &str, inputs: &[Input]) -> Result<Dtype, Failure> {
         let want = match (input.holds, &input.array.data) {
             (Holds::Float | Holds::Param, NpyData::F32(_) | NpyData::F16(_))
             | (Holds::Indices, NpyData::I64(_))
-            | (Holds::Float32, NpyData::F32(_)) => continue,
+            | (Holds::Float32, NpyData::F32(_))
+            | (Holds::Mask, NpyData::I32(_)) => continue,
             (Holds::Float, _) => "rill ops take float32 or float16 arrays".to_string(),
             (Holds::Indices, _) => format!("{op}'s --{flag} must hold int64 class indices ('<i8' .npy)"),
             (Holds::Float32, _) => format!("{op}'s --{flag} must be float32, whatever the dtype of --input"),
             (Holds::Param, _) => format!("{op}'s --{flag} must be float32 or --input's dtype"),
+            (Holds::Mask, _) => format!("{op}'s --{flag} must hold the int32 words that --output-mask wrote"),
         };
         return Err(Failure::Runtime(format!("{}; {want}", describe(input))));
     }

@@ -1,12 +1,14 @@
 //! The ops, one module per family, each declaring its ops' subcommands and how they run, so
 //! that adding an op to a family touches its module alone.
 
+mod batch_norm;
 mod elementwise;
 pub mod norm;
 mod softmax;
 
 use crate::run::{Context, Invocation, NpyElement, Ran};
 use clap::Subcommand;
+use rill::Tensor;
 
 /// The ops, named as in PyTorch.
 #[derive(Subcommand, Debug)]
@@ -17,6 +19,8 @@ pub enum Op {
     Softmax(softmax::Op),
     #[command(flatten)]
     Norm(norm::Op),
+    #[command(flatten)]
+    BatchNorm(batch_norm::Op),
 }
 
 impl Op {
@@ -26,6 +30,7 @@ impl Op {
             Op::Elementwise(op) => op.invocation(),
             Op::Softmax(op) => op.invocation(),
             Op::Norm(op) => op.invocation(),
+            Op::BatchNorm(op) => op.invocation(),
         }
     }
 
@@ -35,8 +40,33 @@ impl Op {
             Op::Elementwise(op) => op.execute::<T>(cx),
             Op::Softmax(op) => op.execute::<T>(cx),
             Op::Norm(op) => op.execute::<T>(cx),
+            Op::BatchNorm(op) => op.execute::<T>(cx),
         }
     }
+}
+
+/// `--eps`, added to a norm's variance: a negative or infinite one would give NaN or zeros.
+fn eps(value: &str) -> Result<f32, String> {
+    match value.parse::<f32>() {
+        Ok(eps) if eps.is_finite() && eps >= 0.0 => Ok(eps),
+        _ => Err("must be a finite number >= 0".into()),
+    }
+}
+
+/// A further output's `(flag, shape, data)`.
+type Extra = (&'static str, Vec<usize>, crate::npy::NpyData);
+
+/// `call` with `part` added by `add`, if there is a part: the builders' optional parts.
+fn with<C, P>(call: C, part: Option<P>, add: impl FnOnce(C, P) -> C) -> C {
+    match part {
+        Some(part) => add(call, part),
+        None => call,
+    }
+}
+
+/// `(flag, shape, data)` of a further output, if it was computed (the stream synchronized).
+fn extra_output<U: NpyElement>(flag: &'static str, tensor: Option<Tensor<U>>) -> rill::Result<Option<Extra>> {
+    tensor.map(|t| Ok((flag, t.shape().to_vec(), U::wrap(t.to_vec()?)))).transpose()
 }
 
 #[cfg(test)]

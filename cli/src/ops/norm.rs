@@ -1,6 +1,7 @@
 //! The norms over the last axis, forward (with or without a residual added first) and
 //! backward.
 
+use super::{Extra, eps, extra_output, with};
 use crate::args::{Io, file};
 use crate::run::{Context, Failure, Holds, Invocation, NpyElement, Ran};
 use clap::{Args, Subcommand};
@@ -136,13 +137,6 @@ pub struct RmsNormBackward {
     pub backward: NormBackward,
 }
 
-fn eps(value: &str) -> Result<f32, String> {
-    match value.parse::<f32>() {
-        Ok(eps) if eps.is_finite() && eps >= 0.0 => Ok(eps),
-        _ => Err("must be a finite number >= 0".into()),
-    }
-}
-
 /// Sizes written `N`, `[N]`, `(N,)` or as a list; whether they fit the input is checked once
 /// it is read.
 fn normalized_shape(value: &str) -> Result<NormalizedShape, String> {
@@ -216,9 +210,6 @@ impl NormBackward {
             .extra_output("grad-weight", &self.grad_weight)
     }
 }
-
-/// A further output's `(flag, shape, data)`.
-type Extra = (&'static str, Vec<usize>, crate::npy::NpyData);
 
 impl Op {
     pub fn invocation(&self) -> Invocation<'_> {
@@ -370,19 +361,6 @@ fn with_grads<'a, T: NpyElement, W: NpyElement>(
     extra.extend(extra_output("grad-weight", dweight.filter(|_| cx.wants("grad-weight")))?);
     extra.extend(extra_output("grad-bias", dbias)?);
     Ok(plan)
-}
-
-/// `call` with `part` added by `add`, if there is a part: the builders' optional parts.
-fn with<C, P>(call: C, part: Option<P>, add: impl FnOnce(C, P) -> C) -> C {
-    match part {
-        Some(part) => add(call, part),
-        None => call,
-    }
-}
-
-/// `(flag, shape, data)` of a further output, if it was computed (the stream synchronized).
-fn extra_output<U: NpyElement>(flag: &'static str, tensor: Option<Tensor<U>>) -> rill::Result<Option<Extra>> {
-    tensor.map(|t| Ok((flag, t.shape().to_vec(), U::wrap(t.to_vec()?)))).transpose()
 }
 
 #[cfg(test)]
