@@ -65,12 +65,15 @@ pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
         let params: Vec<f32> = (0..channels).map(|_| rng.uniform(0.5, 1.5) as f32).collect();
         let (xs, addends, dys) =
             (bench.upload(sets, &host, shape)?, bench.upload(sets, &host, shape)?, bench.upload(sets, &host, shape)?);
-        let (mut ys, mut dxs, mut daddends) = (bench.zeros(sets, shape)?, bench.zeros(sets, shape)?, bench.zeros(sets, shape)?);
+        let (mut ys, mut dxs, mut daddends) =
+            (bench.zeros(sets, shape)?, bench.zeros(sets, shape)?, bench.zeros(sets, shape)?);
         let mut masks = bench.zeros::<u32>(sets, &[words])?;
         let per_channel = || Tensor::<f32>::zeros(&gpu, &[channels]);
-        let (weight, bias) = (Tensor::from_slice(&gpu, &params, &[channels])?, Tensor::from_slice(&gpu, &params, &[channels])?);
+        let (weight, bias) =
+            (Tensor::from_slice(&gpu, &params, &[channels])?, Tensor::from_slice(&gpu, &params, &[channels])?);
         let (mut running_mean, mut running_var, mut batches) = (per_channel()?, per_channel()?, 0u64);
-        let (mut mean, mut invstd, mut dweight, mut dbias) = (per_channel()?, per_channel()?, per_channel()?, per_channel()?);
+        let (mut mean, mut invstd, mut dweight, mut dbias) =
+            (per_channel()?, per_channel()?, per_channel()?, per_channel()?);
         let copy = bench.copy(&xs, &mut ys)?;
         let layout_name = if layout == Layout::ChannelsFirst { "channels-first" } else { "channels-last" };
 
@@ -137,4 +140,3 @@ fn name(fusion: Fusion, pass: Pass) -> String {
     };
     format!("batch_norm_{fusion}{pass}")
 }
-

@@ -26,7 +26,8 @@ enum Act {
     AddRelu,
 }
 
-const SHAPES_FIRST: [&[usize]; 6] = [&[2, 3, 7, 7], &[1, 17, 56, 56], &[4, 64, 7, 7], &[3, 5], &[2, 1, 33], &[5, 2048, 1, 1]];
+const SHAPES_FIRST: [&[usize]; 6] =
+    [&[2, 3, 7, 7], &[1, 17, 56, 56], &[4, 64, 7, 7], &[3, 5], &[2, 1, 33], &[5, 2048, 1, 1]];
 const SHAPES_LAST: [&[usize]; 5] = [&[2, 7, 7, 3], &[4, 17], &[2, 56, 56, 64], &[3, 1, 1, 2048], &[33, 1]];
 
 fn matrix<T: Element>(suite: &mut Suite) {
@@ -36,7 +37,9 @@ fn matrix<T: Element>(suite: &mut Suite) {
             for act in [Act::None, Act::Relu, Act::AddRelu] {
                 for offset in [0, 1] {
                     let name = format!("batch_norm/{:?}/{}/{shape:?}/{act:?}/offset{offset}", layout, T::DTYPE.name());
-                    suite.case(&name, tolerance(T::DTYPE) * 4.0, |suite, rng| train::<T>(suite, rng, layout, shape, act, offset));
+                    suite.case(&name, tolerance(T::DTYPE) * 4.0, |suite, rng| {
+                        train::<T>(suite, rng, layout, shape, act, offset)
+                    });
                 }
             }
             let name = format!("batch_norm/{:?}/{}/{shape:?}/eval", layout, T::DTYPE.name());
@@ -67,7 +70,9 @@ fn worst(parts: &[(&str, Measured)]) -> Measured {
 fn against_rms<T: Element>(got: &[T], want: &[f64]) -> Measured {
     let rms = (want.iter().map(|w| w * w).sum::<f64>() / want.len().max(1) as f64).sqrt().max(1e-30);
     match max_error_with_floor(got, want, |_| rms) {
-        Some(w) => Measured { error: w.error, detail: format!("element {}: got {:e}, want {:e}", w.index, w.got, w.want) },
+        Some(w) => {
+            Measured { error: w.error, detail: format!("element {}: got {:e}, want {:e}", w.index, w.got, w.want) }
+        }
         None => Measured { error: 0.0, detail: "empty".into() },
     }
 }
@@ -171,7 +176,9 @@ fn train<T: Element>(
     // Means are measured against the data's spread (they are near 0 for centered data).
     let spread = (stats.var.iter().sum::<f64>() / channels as f64).sqrt();
     let against_spread = |got: &[f32], want: &[f64]| match max_error_with_floor(got, want, |_| spread) {
-        Some(w) => Measured { error: w.error, detail: format!("element {}: got {:e}, want {:e}", w.index, w.got, w.want) },
+        Some(w) => {
+            Measured { error: w.error, detail: format!("element {}: got {:e}, want {:e}", w.index, w.got, w.want) }
+        }
         None => Measured { error: 0.0, detail: "empty".into() },
     };
     let mut parts = vec![
@@ -276,7 +283,8 @@ fn relu_ops<T: Element>(suite: &mut Suite) {
                 let dy: Vec<T> = Suite::random(rng, Domain::Symmetric(1.0), len);
                 let (x_dev, dy_dev) = (suite.upload(&x, offset)?, suite.upload(&dy, offset)?);
                 let mut y_dev = suite.poisoned::<T>(len, offset)?;
-                let mut mask_dev = Tensor::from_slice(&suite.gpu, &vec![0xA5A5_A5A5u32; mask_words(len)], &[mask_words(len)])?;
+                let mut mask_dev =
+                    Tensor::from_slice(&suite.gpu, &vec![0xA5A5_A5A5u32; mask_words(len)], &[mask_words(len)])?;
                 let (mut dx_mask, mut dx_y) = (suite.poisoned::<T>(len, offset)?, suite.poisoned::<T>(len, offset)?);
                 let shape = [len];
                 let view = |t| crate::harness::view_at(t, offset, &shape);
@@ -320,7 +328,11 @@ fn bad_input(suite: &mut Suite) {
         let x = Tensor::<f32>::zeros(&suite.gpu, &[2, 4, 3])?;
         let mut y = Tensor::<f32>::zeros(&suite.gpu, &[2, 4, 3])?;
         let w = Tensor::<f32>::zeros(&suite.gpu, &[3])?;
-        batch_norm::forward(&suite.stream, Options::training(), Forward::new(&x, &mut y, Layout::ChannelsFirst).weight(&w))
+        batch_norm::forward(
+            &suite.stream,
+            Options::training(),
+            Forward::new(&x, &mut y, Layout::ChannelsFirst).weight(&w),
+        )
     });
     suite.rejects("batch_norm/bad/mask size", |suite| {
         let x = Tensor::<f32>::zeros(&suite.gpu, &[2, 4, 33])?;

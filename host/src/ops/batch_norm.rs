@@ -382,10 +382,7 @@ pub fn forward<T: Element>(stream: &Stream, options: Options, call: Forward<'_, 
         check_len("the mask", m.len(), mask_words(x.len()), "one bit per element of x, in u32 words")?;
     }
     if options.training && outer * inner <= 1 {
-        invalid!(
-            "expected more than 1 value per channel when training, got input shape {:?}",
-            x.shape()
-        );
+        invalid!("expected more than 1 value per channel when training, got input shape {:?}", x.shape());
     }
     if !options.training && running.is_none() {
         invalid!("eval mode reads the running statistics: give them with .running()");
@@ -459,8 +456,7 @@ pub fn forward<T: Element>(stream: &Stream, options: Options, call: Forward<'_, 
 
 /// Runs the backward of a training forward.
 pub fn backward<T: Element>(stream: &Stream, call: Backward<'_, T>) -> Result<()> {
-    let Backward { dy, x, dx, layout, saved, weight, activation, mask, mut daddend, mut dweight, mut dbias } =
-        call;
+    let Backward { dy, x, dx, layout, saved, weight, activation, mask, mut daddend, mut dweight, mut dbias } = call;
     let (outer, channels, inner) = extent(x.shape(), layout)?;
     for (what, shape) in [("dy", dy.shape()), ("dx", dx.shape())] {
         if shape != x.shape() {
@@ -489,12 +485,7 @@ pub fn backward<T: Element>(stream: &Stream, call: Backward<'_, T>) -> Result<()
     if x.is_empty() {
         return Ok(());
     }
-    let pack = pack_for::<T>(&[
-        dy.address(),
-        x.address(),
-        dx.address(),
-        daddend.as_mut().map_or(0, |d| d.address()),
-    ]);
+    let pack = pack_for::<T>(&[dy.address(), x.address(), dx.address(), daddend.as_mut().map_or(0, |d| d.address())]);
     let sums_pack = if inner == 1 && channels % pack != 0 { 1 } else { pack };
     let args = BatchNormArgs {
         outer: outer as u64,
@@ -535,7 +526,13 @@ pub fn relu_with_mask<T: Element>(
     mask: &mut impl AsViewMut<u32>,
 ) -> Result<()> {
     let (x, y, mask) = (x.as_view(), y.as_view_mut(), mask.as_view_mut());
-    flat::<T>(stream, Kind::ReluWithMask, [x.address(), 0, y.address()], (x.len(), y.len()), Some((mask.address(), mask.len())))
+    flat::<T>(
+        stream,
+        Kind::ReluWithMask,
+        [x.address(), 0, y.address()],
+        (x.len(), y.len()),
+        Some((mask.address(), mask.len())),
+    )
 }
 
 /// `dx = dy` where the mask's bit is set, else 0.
@@ -546,7 +543,13 @@ pub fn relu_backward_from_mask<T: Element>(
     dx: &mut impl AsViewMut<T>,
 ) -> Result<()> {
     let (dy, mask, dx) = (dy.as_view(), mask.as_view(), dx.as_view_mut());
-    flat::<T>(stream, Kind::ReluBackwardFromMask, [0, dy.address(), dx.address()], (dy.len(), dx.len()), Some((mask.address(), mask.len())))
+    flat::<T>(
+        stream,
+        Kind::ReluBackwardFromMask,
+        [0, dy.address(), dx.address()],
+        (dy.len(), dx.len()),
+        Some((mask.address(), mask.len())),
+    )
 }
 
 /// `dx = dy` where `y > 0`, else 0: the ReLU backward the mask replaces.

@@ -319,7 +319,10 @@ impl<T: Scalar, const ACT: Activation, const AFFINE: bool> ApplyPass for Backwar
                 self.daddend.store::<P>(i, g);
             }
             let [scale, center, shift, slope] = k;
-            let dx = unrolled_array(|j| if AFFINE { scale[j] * g[j] + slope[j] * (x[j] - center[j]) + shift[j] } else { g[j] });
+            let dx =
+                unrolled_array(
+                    |j| if AFFINE { scale[j] * g[j] + slope[j] * (x[j] - center[j]) + shift[j] } else { g[j] },
+                );
             self.dx.store::<P>(i, dx);
             0
         }
@@ -570,7 +573,8 @@ unsafe fn backward<T: Scalar, const ACT: Activation, const AFFINE: bool, const P
 pub unsafe fn relu_backward<T: Scalar, const P: usize>(args: &BatchNormArgs) {
     // SAFETY: forwarded.
     unsafe {
-        let pass = ReluBackwardPass::<T> { dy: Flat::new(args.second), y: Flat::new(args.x), dx: Flat::new(args.output) };
+        let pass =
+            ReluBackwardPass::<T> { dy: Flat::new(args.second), y: Flat::new(args.x), dx: Flat::new(args.output) };
         apply::<_, P>(&pass, Extent::of(args), len(args), 0, Coefficients::of(args));
     }
 }
@@ -771,7 +775,14 @@ impl<C: ChannelTerms, const P: usize> ColumnTerms<P> for ColumnChannels<'_, C> {
     }
 
     #[inline(always)]
-    unsafe fn add(&self, (centers, col): &Self::Lane, row: u64, loaded: C::Fetched<P>, first: &mut [f32; P], second: &mut [f32; P]) {
+    unsafe fn add(
+        &self,
+        (centers, col): &Self::Lane,
+        row: u64,
+        loaded: C::Fetched<P>,
+        first: &mut [f32; P],
+        second: &mut [f32; P],
+    ) {
         if row * self.width + col < self.len {
             let (a, b) = self.terms.terms::<P>(loaded, *centers);
             unroll::<P>(|j| {
