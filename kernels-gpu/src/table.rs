@@ -414,7 +414,7 @@ norm_ladder_kernels!(declare_ladder_rungs);
 
 /// A kernel, as the host asks for it.
 /// The BatchNorm kernels, `(Kind name function [activation])`: the packed ones at each
-/// dtype's widest pack and at 1, the finalize kernels (a warp per channel) at 1.
+/// dtype's widest pack and at 1, the finalize kernels (a block per channel) at 1.
 #[macro_export]
 macro_rules! batch_norm_kernels {
     ($mode:ident $apply:ident) => {

@@ -16,6 +16,7 @@ pub fn run(suite: &mut Suite) {
     matrix::<bf16>(suite);
     relu_ops::<f32>(suite);
     relu_ops::<bf16>(suite);
+    finite_differences(suite);
     bad_input(suite);
 }
 
@@ -159,16 +160,7 @@ fn train<T: Element>(
     let xf = to_f64(&x);
     let stats = batch_stats(&xf, ext);
     let invstd: Vec<f64> = stats.var.iter().map(|v| 1.0 / (v + eps).sqrt()).collect();
-    let y_want: Vec<f64> = (0..len)
-        .map(|i| {
-            let c = channel_of(i, ext);
-            let mut y = (xf[i] - stats.mean[c]) * invstd[c] * weight[c] as f64 + bias[c] as f64;
-            if act == Act::AddRelu {
-                y += addend[i].to_f64();
-            }
-            if act == Act::None { y } else { y.max(0.0) }
-        })
-        .collect();
+    let y_want = reference_forward(&xf, &to_f64(&addend), (&weight, &bias), ext, act);
     let count = (len / channels) as f64;
     let rm_want: Vec<f64> = (0..channels).map(|c| 0.9 * running[c] as f64 + 0.1 * stats.mean[c]).collect();
     let rv_want: Vec<f64> =
@@ -239,6 +231,89 @@ fn train<T: Element>(
         parts.push(("d(addend)", against_rms(&da_dev.to_vec()?[offset..], &g)));
     }
     Ok(worst(&parts))
+}
+
+/// `act(bn(x) [+ addend])` in training, in f64.
+fn reference_forward(
+    x: &[f64],
+    addend: &[f64],
+    (weight, bias): (&[f32], &[f32]),
+    ext: (usize, usize, usize),
+    act: Act,
+) -> Vec<f64> {
+    let stats = batch_stats(x, ext);
+    (0..x.len())
+        .map(|i| {
+            let c = channel_of(i, ext);
+            let mut y = (x[i] - stats.mean[c]) / (stats.var[c] + 1e-5).sqrt() * weight[c] as f64 + bias[c] as f64;
+            if act == Act::AddRelu {
+                y += addend[i];
+            }
+            if act == Act::None { y } else { y.max(0.0) }
+        })
+        .collect()
+}
+
+/// The backward's dx against central differences of the f64 forward: `dL/dx_i` for
+/// `L = sum(dy * y)`, a step of 1e-6 (far below any ReLU kink the data come near).
+fn finite_differences(suite: &mut Suite) {
+    for (layout, shape) in [(Layout::ChannelsFirst, &[2usize, 3, 5][..]), (Layout::ChannelsLast, &[7, 4][..])] {
+        for act in [Act::None, Act::Relu, Act::AddRelu] {
+            let name = format!("batch_norm/finite_differences/{layout:?}/{shape:?}/{act:?}");
+            suite.case(&name, 1e-4, |suite, rng| {
+                let ext @ (_, channels, _) = extent(shape, layout);
+                let len: usize = shape.iter().product();
+                let x: Vec<f32> = Suite::random(rng, Domain::Symmetric(2.0), len);
+                let addend: Vec<f32> = Suite::random(rng, Domain::Symmetric(1.0), len);
+                let dy: Vec<f32> = Suite::random(rng, Domain::Symmetric(1.0), len);
+                let weight: Vec<f32> = Suite::random(rng, Domain::AwayFromZero(0.5, 1.5), channels);
+                let bias: Vec<f32> = Suite::random(rng, Domain::Symmetric(0.5), channels);
+                let (x_dev, a_dev, dy_dev) = (suite.upload(&x, 0)?, suite.upload(&addend, 0)?, suite.upload(&dy, 0)?);
+                let (w_dev, b_dev) = (
+                    Tensor::from_slice(&suite.gpu, &weight, &[channels])?,
+                    Tensor::from_slice(&suite.gpu, &bias, &[channels])?,
+                );
+                let mut y_dev = Tensor::<f32>::zeros(&suite.gpu, shape)?;
+                let mut mask = Tensor::<u32>::zeros(&suite.gpu, &[mask_words(len)])?;
+                let (mut mean, mut invstd) = (suite.poisoned::<f32>(channels, 0)?, suite.poisoned::<f32>(channels, 0)?);
+                let x_view = x_dev.view().reshape(shape)?;
+                let call =
+                    Forward::new(&x_view, &mut y_dev, layout).weight(&w_dev).bias(&b_dev).save(&mut mean, &mut invstd);
+                let a_view = a_dev.view().reshape(shape)?;
+                let call = match act {
+                    Act::None => call,
+                    Act::Relu => call.relu(Some(&mut mask)),
+                    Act::AddRelu => call.add_relu(&a_view, Some(&mut mask)),
+                };
+                batch_norm::forward(&suite.stream, Options::training(), call)?;
+                let mut dx = suite.poisoned::<f32>(len, 0)?;
+                let mut da = Tensor::<f32>::zeros(&suite.gpu, shape)?;
+                let dy_view = dy_dev.view().reshape(shape)?;
+                let mut dx_view = crate::harness::view_mut_at(&mut dx, 0, shape)?;
+                let call = Backward::new(&dy_view, &x_view, &mut dx_view, layout, (&mean, &invstd)).weight(&w_dev);
+                let call = match act {
+                    Act::None => call,
+                    Act::Relu => call.relu(&mask),
+                    Act::AddRelu => call.add_relu(&mask, &mut da),
+                };
+                batch_norm::backward(&suite.stream, call)?;
+                let (xf, af, dyf) = (to_f64(&x), to_f64(&addend), to_f64(&dy));
+                let loss = |x: &[f64]| -> f64 {
+                    reference_forward(x, &af, (&weight, &bias), ext, act).iter().zip(&dyf).map(|(y, d)| y * d).sum()
+                };
+                let h = 1e-6;
+                let want: Vec<f64> = (0..len)
+                    .map(|i| {
+                        let (mut up, mut down) = (xf.clone(), xf.clone());
+                        up[i] += h;
+                        down[i] -= h;
+                        (loss(&up) - loss(&down)) / (2.0 * h)
+                    })
+                    .collect();
+                Ok(against_rms(&dx.to_vec()?, &want))
+            });
+        }
+    }
 }
 
 fn eval<T: Element>(suite: &mut Suite, rng: &mut Rng, layout: Layout, shape: &[usize]) -> rill::Result<Measured> {

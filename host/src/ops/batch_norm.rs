@@ -16,17 +16,17 @@
 //! `(N, C)` BatchNorm1d), or `(N, L..., C)` channels-last (NHWC). Inputs are f32, f16 or
 //! bf16; statistics, weight and bias are f32. A training call runs three kernels: each
 //! channel's sums in parts (rows of `L` per `(n, c)` for channels-first, column sums for
-//! channels-last), a warp per channel adding the parts in a fixed order (no atomics: the same
+//! channels-last), a block per channel adding the parts in a fixed order (no atomics: the same
 //! bits every run) and updating the running statistics, then one pass over the tensor that
 //! normalizes, applies the activation and writes the mask (`vote.sync.ballot`). The mask
 //! holds bit `i % 32` of word `i / 32` for element `i` in memory order (OneFlow's layout).
 
-use crate::Stream;
 use crate::error::{DriverContext, Result, invalid};
 use crate::launch::{LaunchConfig, grid_stride_blocks, launch};
 use crate::module::KernelKey;
 use crate::ops::columns::chunking;
 use crate::tensor::{AsView, AsViewMut, DType, Element, View, ViewMut};
+use crate::{DeviceInfo, Stream};
 use cust::memory::DeviceBuffer;
 use rill_kernels_gpu::abi::{
     BATCH_NORM_BLOCK_SIZE, BATCH_NORM_COEFFICIENTS, BatchNormArgs, COLUMN_SUM_WARPS, PACK_BYTES,
@@ -279,6 +279,18 @@ unsafe fn apply(stream: &Stream, kind: Kind, dtype: DType, pack: usize, args: &B
     unsafe { launch(stream, kernel(stream, kind, dtype, pack)?, config, args) }
 }
 
+/// The finalize kernels' launch: a block per channel, grid-strided, with two f32 a warp of
+/// scratch for the block's sums.
+fn finalize_launch(channels: u64, device: &DeviceInfo) -> LaunchConfig {
+    let block = BATCH_NORM_BLOCK_SIZE;
+    LaunchConfig {
+        grid: grid_stride_blocks(channels * block as u64, block, device),
+        block,
+        shared_bytes: 2 * (block / 32) * 4,
+        cluster: 1,
+    }
+}
+
 /// The sums kernel then the finalize kernel, with a stream-ordered workspace for the parts
 /// and the coefficients; then `then(args)` with the coefficients in place.
 ///
@@ -336,12 +348,7 @@ unsafe fn sums_then(
         unsafe { DeviceBuffer::<f32>::uninitialized_async(floats, stream.raw()) }.during("cuMemAllocAsync")?;
     args.partial = workspace.as_device_ptr().as_raw();
     args.coefficients = args.partial + 4 * 2 * args.parts * args.groups * args.channels;
-    let finalize_config = LaunchConfig {
-        grid: grid_stride_blocks(32 * args.channels, BATCH_NORM_BLOCK_SIZE, device),
-        block: BATCH_NORM_BLOCK_SIZE,
-        shared_bytes: 0,
-        cluster: 1,
-    };
+    let finalize_config = finalize_launch(args.channels, device);
     // SAFETY: the caller's promise; the workspace holds the parts and the coefficients.
     let launched = unsafe {
         launch(stream, kernel(stream, sums, dtype, pack)?, sums_config, &args)
@@ -440,12 +447,7 @@ pub fn forward<T: Element>(stream: &Stream, options: Options, call: Forward<'_, 
             let workspace = DeviceBuffer::<f32>::uninitialized_async(BATCH_NORM_COEFFICIENTS * channels, stream.raw())
                 .during("cuMemAllocAsync")?;
             args.coefficients = workspace.as_device_ptr().as_raw();
-            let config = LaunchConfig {
-                grid: grid_stride_blocks(32 * channels as u64, BATCH_NORM_BLOCK_SIZE, stream.gpu().info()),
-                block: BATCH_NORM_BLOCK_SIZE,
-                shared_bytes: 0,
-                cluster: 1,
-            };
+            let config = finalize_launch(channels as u64, stream.gpu().info());
             let launched = launch(stream, kernel(stream, Kind::FinalizeForward, dtype, 1)?, config, &args)
                 .and_then(|()| run_apply(&args));
             workspace.drop_async(stream.raw()).during("cuMemFreeAsync")?;

@@ -8,7 +8,7 @@
 //!    forward sums `x - k` and `(x - k)^2` about a shift `k` per channel (its first element,
 //!    so the variance loses no bits to a large mean); the backward sums `g` and
 //!    `g (x - mean)`, `g` being `dy` where the ReLU let the element through.
-//! 2. **finalize** ([`finalize_forward`], [`finalize_backward`]): a warp per channel adds
+//! 2. **finalize** ([`finalize_forward`], [`finalize_backward`]): a block per channel adds
 //!    its parts in a fixed order (no atomics: the same bits every run) and writes the saved
 //!    statistics, the running statistics, the parameter gradients and the per-channel
 //!    coefficients of pass 3.
@@ -25,7 +25,8 @@
 use super::columns::{self, ColumnTerms, Columns};
 use crate::abi::{BATCH_NORM_COEFFICIENTS, BatchNormArgs};
 use crate::arch::{
-    GlobalAddr, WARP_SIZE, ballot, block_dim_x, block_idx_x, grid_dim_x, lane_id, rsqrt, shfl_down, thread_idx_x,
+    GlobalAddr, WARP_SIZE, ballot, block_dim_x, block_idx_x, dynamic_shared, grid_dim_x, lane_id, rsqrt, shfl_down,
+    sync_threads, thread_idx_x,
 };
 use crate::pack::{ColumnLoad, Pack};
 use crate::scalar::Scalar;
@@ -195,13 +196,34 @@ trait ApplyPass {
     /// Whether the pass reads the finalize's coefficients (the standalone ReLU ops do not).
     const AFFINE: bool;
 
-    /// Processes the elements with their coefficients `k`; `bits` are their mask bits (bit
-    /// `j` for element `j`) where the pass reads the mask. Returns the bits to set where it
-    /// writes it.
+    /// What `P` elements are read as, so that two chunks' loads can be in flight together.
+    type Fetched<const P: usize>: Copy;
+
+    /// # Safety
+    /// The elements `i..i + P` must be inside the view; `i` aligned to `P` where `P > 1`.
+    unsafe fn fetch<const P: usize>(&self, i: u64) -> Self::Fetched<P>;
+
+    /// Processes the fetched elements with their coefficients `k`; `bits` are their mask
+    /// bits (bit `j` for element `j`) where the pass reads the mask. Returns the bits to set
+    /// where it writes it.
     ///
     /// # Safety
-    /// The elements must be inside the view; `i` aligned to `P` where `P > 1`.
-    unsafe fn pack<const P: usize>(&self, i: u64, k: &PackCoefficients<P>, bits: u32) -> u32;
+    /// As [`ApplyPass::fetch`].
+    unsafe fn finish<const P: usize>(
+        &self,
+        i: u64,
+        fetched: Self::Fetched<P>,
+        k: &PackCoefficients<P>,
+        bits: u32,
+    ) -> u32;
+
+    /// # Safety
+    /// As [`ApplyPass::fetch`].
+    #[inline(always)]
+    unsafe fn pack<const P: usize>(&self, i: u64, k: &PackCoefficients<P>, bits: u32) -> u32 {
+        // SAFETY: forwarded.
+        unsafe { self.finish::<P>(i, self.fetch::<P>(i), k, bits) }
+    }
 }
 
 /// The tensors of an apply pass, as flat arrays of `T`.
@@ -268,12 +290,27 @@ impl<T: Scalar, const ACT: Activation, const AFFINE: bool> ApplyPass for Forward
     const READS_MASK: bool = false;
     const AFFINE: bool = AFFINE;
 
+    type Fetched<const P: usize> = ([f32; P], [f32; P]);
+
     #[inline(always)]
-    unsafe fn pack<const P: usize>(&self, i: u64, k: &PackCoefficients<P>, _bits: u32) -> u32 {
+    unsafe fn fetch<const P: usize>(&self, i: u64) -> Self::Fetched<P> {
         // SAFETY: forwarded; the addend has x's shape.
         unsafe {
-            let x = self.x.load::<P>(i);
             let addend = if ACT == Activation::AddRelu { self.addend.load::<P>(i) } else { [0.0; P] };
+            (self.x.load::<P>(i), addend)
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn finish<const P: usize>(
+        &self,
+        i: u64,
+        (x, addend): Self::Fetched<P>,
+        k: &PackCoefficients<P>,
+        _: u32,
+    ) -> u32 {
+        // SAFETY: forwarded.
+        unsafe {
             let mut bits = 0;
             let y = unrolled_array(|j| {
                 let [scale, center, shift, _] = k;
@@ -308,12 +345,24 @@ impl<T: Scalar, const ACT: Activation, const AFFINE: bool> ApplyPass for Backwar
     const READS_MASK: bool = !matches!(ACT, Activation::None);
     const AFFINE: bool = AFFINE;
 
+    type Fetched<const P: usize> = ([f32; P], [f32; P]);
+
     #[inline(always)]
-    unsafe fn pack<const P: usize>(&self, i: u64, k: &PackCoefficients<P>, bits: u32) -> u32 {
+    unsafe fn fetch<const P: usize>(&self, i: u64) -> Self::Fetched<P> {
         // SAFETY: forwarded; every array has x's shape.
+        unsafe { (self.dy.load::<P>(i), if AFFINE { self.x.load::<P>(i) } else { [0.0; P] }) }
+    }
+
+    #[inline(always)]
+    unsafe fn finish<const P: usize>(
+        &self,
+        i: u64,
+        (dy, x): Self::Fetched<P>,
+        k: &PackCoefficients<P>,
+        bits: u32,
+    ) -> u32 {
+        // SAFETY: forwarded.
         unsafe {
-            let dy = self.dy.load::<P>(i);
-            let x = if AFFINE { self.x.load::<P>(i) } else { [0.0; P] };
             let g: [f32; P] = unrolled_array(|j| if Self::READS_MASK && bits & (1 << j) == 0 { 0.0 } else { dy[j] });
             if ACT == Activation::AddRelu {
                 self.daddend.store::<P>(i, g);
@@ -341,13 +390,18 @@ impl<T: Scalar> ApplyPass for ReluBackwardPass<T> {
     const READS_MASK: bool = false;
     const AFFINE: bool = false;
 
+    type Fetched<const P: usize> = ([f32; P], [f32; P]);
+
     #[inline(always)]
-    unsafe fn pack<const P: usize>(&self, i: u64, _k: &PackCoefficients<P>, _bits: u32) -> u32 {
+    unsafe fn fetch<const P: usize>(&self, i: u64) -> Self::Fetched<P> {
         // SAFETY: forwarded.
-        unsafe {
-            let (dy, y) = (self.dy.load::<P>(i), self.y.load::<P>(i));
-            self.dx.store::<P>(i, unrolled_array(|j| if y[j] > 0.0 { dy[j] } else { 0.0 }));
-        }
+        unsafe { (self.dy.load::<P>(i), self.y.load::<P>(i)) }
+    }
+
+    #[inline(always)]
+    unsafe fn finish<const P: usize>(&self, i: u64, (dy, y): Self::Fetched<P>, _: &PackCoefficients<P>, _: u32) -> u32 {
+        // SAFETY: forwarded.
+        unsafe { self.dx.store::<P>(i, unrolled_array(|j| if y[j] > 0.0 { dy[j] } else { 0.0 })) };
         0
     }
 }
@@ -420,21 +474,33 @@ unsafe fn whole_chunks<A: ApplyPass, const P: usize>(
     // SAFETY (whole body): every element index is below `len`, every word below
     // `ceil(len / 32)`, and each ballot is reached by the whole warp.
     unsafe {
-        while at < chunks {
-            let i = (at * WARP_SIZE as u64 + lane as u64) * P as u64;
-            let bits = if A::READS_MASK {
-                (words.add((i / 32) as usize).read() >> (i % 32)) & ((1u64 << P) - 1) as u32
-            } else {
-                0
-            };
-            let set = pass.pack::<P>(i, &coefficients(walk), bits);
+        let index = |at: u64| (at * WARP_SIZE as u64 + lane as u64) * P as u64;
+        let bits = |i: u64| {
+            if A::READS_MASK { (words.add((i / 32) as usize).read() >> (i % 32)) & ((1u64 << P) - 1) as u32 } else { 0 }
+        };
+        let finish = |at: u64, fetched, bits, walk| {
+            let set = pass.finish::<P>(index(at), fetched, &coefficients(walk), bits);
             if A::WRITES_MASK && !words.is_null() {
                 let slots: [u32; P] = unrolled_array(|j| ballot(ALL_LANES, set & (1 << j) != 0));
                 if (lane as usize) < P {
                     words.add((at * P as u64 + lane as u64) as usize).write(chunk_word::<P>(&slots, lane));
                 }
             }
-            walk = extent.advance(walk, stride);
+        };
+        // Two chunks' loads in flight, then the last one alone.
+        while at + warps < chunks {
+            let (i, next) = (index(at), index(at + warps));
+            let (bits_i, bits_next) = (bits(i), bits(next));
+            let (fetched_i, fetched_next) = (pass.fetch::<P>(i), pass.fetch::<P>(next));
+            let walk_next = extent.advance(walk, stride);
+            finish(at, fetched_i, bits_i, walk);
+            finish(at + warps, fetched_next, bits_next, walk_next);
+            walk = extent.advance(walk_next, stride);
+            at += 2 * warps;
+        }
+        if at < chunks {
+            let i = index(at);
+            finish(at, pass.fetch::<P>(i), bits(i), walk);
             at += warps;
         }
     }
@@ -855,7 +921,7 @@ pub unsafe fn grad_sums<T: Scalar, const P: usize>(args: &BatchNormArgs) {
 /// mean and invstd, the running statistics (unbiased variance, as PyTorch) and the apply
 /// pass's `y = scale (x - center) + shift`: `weight * invstd`, the mean, the bias. Eval (`parts == 0`) takes the
 /// running statistics instead. `T` is x's dtype (the shifts are its elements); `ONE` the
-/// table's pack, 1: a warp per channel.
+/// table's pack, 1: a block per channel.
 ///
 /// # Safety
 /// `args` must describe live per-channel arrays, `partial` as the sums wrote it, and
@@ -863,9 +929,9 @@ pub unsafe fn grad_sums<T: Scalar, const P: usize>(args: &BatchNormArgs) {
 #[inline(always)]
 pub unsafe fn finalize_forward<T: Scalar, const ONE: usize>(args: &BatchNormArgs) {
     let count = (args.outer * args.inner) as f32;
-    let (mut c, warps) = channel_warps();
-    let writer = lane_id() == 0;
-    // SAFETY (whole body): `c < channels` indexes every per-channel array; lane 0 writes.
+    let (mut c, blocks) = channel_blocks();
+    let writer = thread_idx_x() == 0;
+    // SAFETY (whole body): `c < channels` indexes every per-channel array; thread 0 writes.
     unsafe {
         let shifts = StatsTerms::<T> { x: Flat::new(args.x), inner: args.inner };
         let weight = PerChannel::new(args.weight);
@@ -884,7 +950,7 @@ pub unsafe fn finalize_forward<T: Scalar, const ONE: usize>(args: &BatchNormArgs
             };
             let invstd = rsqrt(var + args.eps);
             if !writer {
-                c += warps;
+                c += blocks;
                 continue;
             }
             if args.parts != 0 {
@@ -903,44 +969,41 @@ pub unsafe fn finalize_forward<T: Scalar, const ONE: usize>(args: &BatchNormArgs
             coefficients.add(at(0)).write(weight.get(c as u32, 1.0) * invstd);
             coefficients.add(at(1)).write(mean);
             coefficients.add(at(2)).write(bias.get(c as u32, 0.0));
-            c += warps;
+            c += blocks;
         }
     }
 }
 
-/// `(warp, warps)`: the finalize kernels take a channel a warp.
+/// `(block, blocks)`: the finalize kernels take a channel a block.
 #[inline(always)]
-fn channel_warps() -> (u64, u64) {
-    let warp = (block_idx_x() * block_dim_x() + thread_idx_x()) / WARP_SIZE;
-    (warp as u64, (grid_dim_x() * block_dim_x() / WARP_SIZE) as u64)
+fn channel_blocks() -> (u64, u64) {
+    (block_idx_x() as u64, grid_dim_x() as u64)
 }
 
-/// Channel `c`'s two sums over its parts (and groups), in lane 0: lane `l` adds parts `l,
-/// l + 32, ...` in order, four loads in flight, then the lanes' sums add up in a fixed
-/// tree, so every run gives the same bits.
+/// Channel `c`'s two sums over its parts (and groups), in thread 0: thread `t` adds parts
+/// `t, t + threads, ...` in order, four loads in flight; each warp's sums add up in a fixed
+/// tree, then warp 0 adds the warps' in order, so every run gives the same bits.
 ///
 /// # Safety
 /// `partial` must hold `2 x parts x groups x channels` f32 and `c` be a channel; the whole
-/// warp must call it.
+/// block must call it, with `2 x warps` f32 of dynamic shared memory.
 #[inline(always)]
 unsafe fn part_totals(args: &BatchNormArgs, c: u64) -> (f32, f32) {
     let partial = args.partial as *const f32;
     let parts = args.parts * args.groups;
     let second_at = (parts * args.channels) as usize;
     let (mut first, mut second) = (0.0, 0.0);
-    let step = WARP_SIZE as u64;
-    let mut part = lane_id() as u64;
+    let step = block_dim_x() as u64;
+    let mut part = thread_idx_x() as u64;
     // SAFETY (loads): every part index is below `parts`.
     let load = |part: u64| unsafe {
         let at = (part * args.channels + c) as usize;
         (partial.add(at).read(), partial.add(second_at + at).read())
     };
     while part + 3 * step < parts {
-        let loaded: [(f32, f32); 4] = core::array::from_fn(|u| load(part + u as u64 * step));
-        unroll::<4>(|u| {
-            first += loaded[u].0;
-            second += loaded[u].1;
-        });
+        let loaded = (load(part), load(part + step), load(part + 2 * step), load(part + 3 * step));
+        first += loaded.0.0 + loaded.1.0 + loaded.2.0 + loaded.3.0;
+        second += loaded.0.1 + loaded.1.1 + loaded.2.1 + loaded.3.1;
         part += 4 * step;
     }
     while part < parts {
@@ -949,7 +1012,27 @@ unsafe fn part_totals(args: &BatchNormArgs, c: u64) -> (f32, f32) {
         second += b;
         part += step;
     }
-    (warp_sum(first), warp_sum(second))
+    let (first, second) = (warp_sum(first), warp_sum(second));
+    let (warp, warps) = (thread_idx_x() / WARP_SIZE, block_dim_x() / WARP_SIZE);
+    let scratch = dynamic_shared::<f32>();
+    // SAFETY: the scratch holds two f32 a warp; the barriers order its writes and reads,
+    // and the last one keeps the next channel's writes after these reads.
+    unsafe {
+        if lane_id() == 0 {
+            scratch.add(2 * warp as usize).write(first);
+            scratch.add(2 * warp as usize + 1).write(second);
+        }
+        sync_threads();
+        let (mut first, mut second) = (0.0, 0.0);
+        if thread_idx_x() == 0 {
+            for w in 0..warps as usize {
+                first += scratch.add(2 * w).read();
+                second += scratch.add(2 * w + 1).read();
+            }
+        }
+        sync_threads();
+        (first, second)
+    }
 }
 
 /// Finalize of the backward: `dbias = sum g`, `dweight = invstd sum g (x - mean)`, and the
@@ -963,15 +1046,15 @@ unsafe fn part_totals(args: &BatchNormArgs, c: u64) -> (f32, f32) {
 #[inline(always)]
 pub unsafe fn finalize_backward<T: Scalar, const ONE: usize>(args: &BatchNormArgs) {
     let count = (args.outer * args.inner) as f32;
-    let (mut c, warps) = channel_warps();
-    // SAFETY (whole body): `c < channels` indexes every per-channel array; lane 0 writes.
+    let (mut c, blocks) = channel_blocks();
+    // SAFETY (whole body): `c < channels` indexes every per-channel array; thread 0 writes.
     unsafe {
         let weight = PerChannel::new(args.weight);
         let coefficients = args.coefficients as *mut f32;
         while c < args.channels {
             let (sum_g, sum_gx) = part_totals(args, c);
-            if lane_id() != 0 {
-                c += warps;
+            if thread_idx_x() != 0 {
+                c += blocks;
                 continue;
             }
             let mean = (args.save_mean as *const f32).add(c as usize).read();
@@ -988,7 +1071,7 @@ pub unsafe fn finalize_backward<T: Scalar, const ONE: usize>(args: &BatchNormArg
             coefficients.add(at(1)).write(mean);
             coefficients.add(at(2)).write(-scale * sum_g / count);
             coefficients.add(at(3)).write(-scale * invstd * invstd * sum_gx / count);
-            c += warps;
+            c += blocks;
         }
     }
 }
