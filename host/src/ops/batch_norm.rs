@@ -328,7 +328,7 @@ unsafe fn sums_then(
         // Few channels: rows of the summed view hold several rows of channels, so that every
         // lane of a tile has a column.
         let tile = column_sum_tile_cols(pack);
-        args.groups = if channels < tile && tile % channels == 0 { (tile / channels) as u64 } else { 1 };
+        args.groups = if channels < tile && tile.is_multiple_of(channels) { (tile / channels) as u64 } else { 1 };
         let width = channels * args.groups as usize;
         let (rows_per_chunk, chunks) = chunking(args.outer.div_ceil(args.groups) as usize, width, pack, device);
         args.part_len = rows_per_chunk;
