@@ -454,8 +454,10 @@ impl Coefficients {
     }
 }
 
-/// The whole chunks of the apply pass: chunk `at`, then `at + warps`, ..., `coefficients`
-/// giving each pack's from its walk. Returns the first chunk index past the last.
+/// The whole chunks of the apply pass: chunk `at`, then `at + warps`, ..., from the walk of
+/// the thread's first element and the grid's stride (which [`apply`] has already found),
+/// `coefficients` giving each pack's from its walk. Returns the first chunk index past the
+/// last.
 ///
 /// # Safety
 /// As [`apply`].
@@ -464,13 +466,11 @@ unsafe fn whole_chunks<A: ApplyPass, const P: usize>(
     pass: &A,
     extent: Extent,
     (mut at, warps, chunks): (u64, u64, u64),
+    (mut walk, stride): (ChannelWalk, Stride),
     words: *mut u32,
     coefficients: impl Fn(ChannelWalk) -> PackCoefficients<P>,
 ) -> u64 {
     let lane = lane_id();
-    let chunk = (WARP_SIZE as usize * P) as u64;
-    let mut walk = extent.at((at * WARP_SIZE as u64 + lane as u64) * P as u64);
-    let stride = extent.stride(warps * chunk);
     // SAFETY (whole body): every element index is below `len`, every word below
     // `ceil(len / 32)`, and each ballot is reached by the whole warp.
     unsafe {
@@ -528,18 +528,18 @@ unsafe fn apply<A: ApplyPass, const P: usize>(pass: &A, extent: Extent, len: u64
     let words = mask as *mut u32;
     let walk = extent.at((warp * WARP_SIZE as u64 + lane as u64) * P as u64);
     let stride = extent.stride(warps * chunk);
-    let span = (warp, warps, chunks);
+    let (span, walks) = ((warp, warps, chunks), (walk, stride));
     // SAFETY (whole body): as the caller promised; every channel a walk gives is one.
     unsafe {
         let at = if !A::AFFINE {
-            whole_chunks(pass, extent, span, words, |_| [[0.0; P]; BATCH_NORM_COEFFICIENTS])
+            whole_chunks(pass, extent, span, walks, words, |_| [[0.0; P]; BATCH_NORM_COEFFICIENTS])
         } else if extent.inner == 1 && stride.c == 0 {
             let fixed = k.each::<P>(extent.channels::<P>(walk));
-            whole_chunks(pass, extent, span, words, |_| fixed)
+            whole_chunks(pass, extent, span, walks, words, |_| fixed)
         } else if extent.inner % P as u32 == 0 {
-            whole_chunks(pass, extent, span, words, |walk| k.one::<P>(walk.c))
+            whole_chunks(pass, extent, span, walks, words, |walk| k.one::<P>(walk.c))
         } else {
-            whole_chunks(pass, extent, span, words, |walk| k.each::<P>(extent.channels::<P>(walk)))
+            whole_chunks(pass, extent, span, walks, words, |walk| k.each::<P>(extent.channels::<P>(walk)))
         };
         // The partial chunk: the warp that would take it next.
         if at == chunks && chunks * chunk < len {
