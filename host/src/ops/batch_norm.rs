@@ -295,7 +295,8 @@ fn finalize_launch(channels: u64, device: &DeviceInfo) -> LaunchConfig {
 /// and the coefficients; then `then(args)` with the coefficients in place.
 ///
 /// # Safety
-/// `args` must name arrays valid for the kernels, of `dtype` at `pack`.
+/// `args` must name arrays valid for the kernels, of `dtype`, their addresses aligned to
+/// `pack`.
 unsafe fn sums_then(
     stream: &Stream,
     (sums, finalize): (Kind, Kind),
@@ -306,6 +307,9 @@ unsafe fn sums_then(
 ) -> Result<()> {
     let device = stream.gpu().info();
     let channels = args.channels as usize;
+    // Channels-last rows start at multiples of the channels: packs only where those are
+    // whole packs.
+    let pack = if args.inner == 1 && !channels.is_multiple_of(pack) { 1 } else { pack };
     let sums_config = if args.inner > 1 {
         // Parts of at least 4 packs a lane, and enough warps to fill the device twice.
         let rows = (args.outer * args.channels) as usize;
@@ -405,7 +409,6 @@ pub fn forward<T: Element>(stream: &Stream, options: Options, call: Forward<'_, 
         _ => 0.0,
     };
     let pack = pack_for::<T>(&[x.address(), y.address(), addend.as_ref().map_or(0, |a| a.address())]);
-    let sums_pack = if inner == 1 && channels % pack != 0 { 1 } else { pack };
     let args = BatchNormArgs {
         outer: outer as u64,
         channels: channels as u64,
@@ -437,8 +440,8 @@ pub fn forward<T: Element>(stream: &Stream, options: Options, call: Forward<'_, 
         unsafe { apply(stream, kind, dtype, pack, &args) }
     };
     if options.training {
-        // SAFETY: as above; the sums read x at `sums_pack`, which its alignment allows.
-        unsafe { sums_then(stream, (Kind::Stats, Kind::FinalizeForward), dtype, sums_pack, args, run_apply) }
+        // SAFETY: as above; every address is aligned to `pack`.
+        unsafe { sums_then(stream, (Kind::Stats, Kind::FinalizeForward), dtype, pack, args, run_apply) }
     } else {
         let mut args = args;
         // The finalize reads the running statistics where there are no parts.
@@ -488,7 +491,6 @@ pub fn backward<T: Element>(stream: &Stream, call: Backward<'_, T>) -> Result<()
         return Ok(());
     }
     let pack = pack_for::<T>(&[dy.address(), x.address(), dx.address(), daddend.as_mut().map_or(0, |d| d.address())]);
-    let sums_pack = if inner == 1 && channels % pack != 0 { 1 } else { pack };
     let args = BatchNormArgs {
         outer: outer as u64,
         channels: channels as u64,
@@ -512,9 +514,9 @@ pub fn backward<T: Element>(stream: &Stream, call: Backward<'_, T>) -> Result<()
     };
     let dtype = T::DTYPE;
     // SAFETY: every array was checked against x's shape, the mask's words and the
-    // per-channel lengths; the sums read at `sums_pack`, which the alignment allows.
+    // per-channel lengths; every address is aligned to `pack`.
     unsafe {
-        sums_then(stream, (Kind::GradSums, Kind::FinalizeBackward), dtype, sums_pack, args, |args| {
+        sums_then(stream, (Kind::GradSums, Kind::FinalizeBackward), dtype, pack, args, |args| {
             apply(stream, kind, dtype, pack, args)
         })
     }
