@@ -47,8 +47,10 @@ def logical(stored, channels_last):
 
 def measure():
     records = []
-    compiled = {f: torch.compile(f) for f in (relu_bn, add_relu_bn)}
     for shape, dtype, channels_last in SHAPES:
+        # A fresh compile per shape: past dynamo's recompile limit (8) a function runs eager.
+        torch._dynamo.reset()
+        compiled = {f: torch.compile(f, dynamic=False) for f in (relu_bn, add_relu_bn)}
         make = lambda: logical(torch.randn(shape, device="cuda", dtype=DTYPES[dtype]), channels_last)
         x, addend, dy = make(), make(), make()
         channels = x.shape[1]

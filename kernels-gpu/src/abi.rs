@@ -322,7 +322,8 @@ pub struct BatchNormArgs {
     /// sums, or the backward's sums of `g` and `g (x - mean)`).
     pub partial: u64,
     pub parts: u64,
-    /// Rows `(n, c)` sums: each row's part length in elements; column sums: rows per part.
+    /// Rows `(n, c)` sums: each row's part length in elements (column sums: unused, part `b`
+    /// takes rows `b, b + parts, ...` of the summed view).
     pub part_len: u64,
     /// Parts per row `(n, c)` (rows sums only).
     pub row_parts: u64,

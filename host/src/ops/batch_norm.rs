@@ -24,7 +24,7 @@
 use crate::error::{DriverContext, Result, invalid};
 use crate::launch::{LaunchConfig, grid_stride_blocks, launch};
 use crate::module::KernelKey;
-use crate::ops::columns::chunking;
+use crate::ops::columns::chunks_filling;
 use crate::tensor::{AsView, AsViewMut, DType, Element, View, ViewMut};
 use crate::{DeviceInfo, Stream};
 use cust::memory::DeviceBuffer;
@@ -262,27 +262,58 @@ fn address<T: Element>(view: &Option<impl AsView<T>>) -> u64 {
     view.as_ref().map_or(0, |v| v.as_view().address())
 }
 
-/// The apply pass: a warp a chunk of 32 packs, grid-strided.
+/// Threads a finalize block may have (CUDA's most).
+const FINALIZE_MOST_THREADS: u64 = 1024;
+
+/// The apply pass: a warp a chunk of 32 packs at a time, grid-strided.
 ///
 /// # Safety
 /// `args` must name arrays valid for the kernel's pass over `len` elements at `pack`.
 unsafe fn apply(stream: &Stream, kind: Kind, dtype: DType, pack: usize, args: &BatchNormArgs) -> Result<()> {
     let len = args.outer * args.channels * args.inner;
     let chunks = len.div_ceil(32 * pack as u64);
-    let config = LaunchConfig {
-        grid: grid_stride_blocks(chunks * 32, BATCH_NORM_BLOCK_SIZE, stream.gpu().info()),
-        block: BATCH_NORM_BLOCK_SIZE,
-        shared_bytes: 0,
-        cluster: 1,
+    let kernel = kernel(stream, kind, dtype, pack)?;
+    let device = stream.gpu().info();
+    let needed = grid_stride_blocks(chunks * 32, BATCH_NORM_BLOCK_SIZE, device);
+    // The normalizing passes: one resident wave at most (the occupancy API), so that each
+    // warp has chunks enough to keep its pass's chunks in flight at the registers they cost.
+    // The standalone ReLU passes (few registers) keep many short waves.
+    let grid = if args.coefficients == 0 {
+        needed
+    } else {
+        let resident = kernel.blocks_per_multiprocessor(BATCH_NORM_BLOCK_SIZE, 0)?.max(1) * device.multiprocessors;
+        if args.inner == 1 { channel_rows_grid(needed, resident, args.channels, pack) } else { needed.min(resident) }
     };
+    let config = LaunchConfig { grid, block: BATCH_NORM_BLOCK_SIZE, shared_bytes: 0, cluster: 1 };
     // SAFETY: forwarded.
-    unsafe { launch(stream, kernel(stream, kind, dtype, pack)?, config, args) }
+    unsafe { launch(stream, kernel, config, args) }
+}
+
+/// The channels-last apply grid: at most one resident wave, its stride (`pack` elements a
+/// thread) a whole number of rows of `channels`, so that a thread's channels never change
+/// and it loads their coefficients once. `needed` (a chunk a warp at most) where that is no
+/// more, or where no such grid fits a wave.
+fn channel_rows_grid(needed: u32, resident: u32, channels: u64, pack: usize) -> u32 {
+    let block_elements = BATCH_NORM_BLOCK_SIZE as u64 * pack as u64;
+    let multiple = channels / gcd(channels, block_elements);
+    let grid = resident as u64 / multiple * multiple;
+    if grid == 0 || grid >= needed as u64 { needed } else { grid as u32 }
+}
+
+/// Euclid's greatest common divisor (five lines: not worth a dependency).
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }
 
 /// The finalize kernels' launch: a block per channel, grid-strided, with two f32 a warp of
-/// scratch for the block's sums.
-fn finalize_launch(channels: u64, device: &DeviceInfo) -> LaunchConfig {
-    let block = BATCH_NORM_BLOCK_SIZE;
+/// scratch for the block's sums. A block has a thread for about four of a channel's `parts`
+/// (one batch of loads in flight), in whole warps, from one where there are few parts and
+/// many channels (2048 channels of 66 parts) to a CUDA block's most (64 channels of 2112).
+fn finalize_launch(channels: u64, parts: u64, device: &DeviceInfo) -> LaunchConfig {
+    let block = (parts.div_ceil(4).next_multiple_of(32)).clamp(32, FINALIZE_MOST_THREADS) as u32;
     LaunchConfig {
         grid: grid_stride_blocks(channels * block as u64, block, device),
         block,
@@ -310,13 +341,17 @@ unsafe fn sums_then(
     // Channels-last rows start at multiples of the channels: packs only where those are
     // whole packs.
     let pack = if args.inner == 1 && !channels.is_multiple_of(pack) { 1 } else { pack };
+    let sums_kernel = kernel(stream, sums, dtype, pack)?;
     let sums_config = if args.inner > 1 {
-        // Parts of at least 4 packs a lane, and enough warps to fill the device twice.
+        // Parts of whole iterations (four packs a lane), and warps enough for one resident
+        // wave of the sums kernel.
         let rows = (args.outer * args.channels) as usize;
-        let warps_wanted = 2 * device.multiprocessors as usize * device.max_threads_per_multiprocessor as usize / 32;
-        let most_parts = (args.inner as usize).div_ceil(32 * 4 * pack);
+        let resident = sums_kernel.blocks_per_multiprocessor(BATCH_NORM_BLOCK_SIZE, 0)?.max(1) * device.multiprocessors;
+        let warps_wanted = resident as usize * BATCH_NORM_BLOCK_SIZE as usize / 32;
+        let iteration = 32 * 4 * pack;
+        let most_parts = (args.inner as usize).div_ceil(iteration);
         let row_parts = warps_wanted.div_ceil(rows).clamp(1, most_parts.max(1));
-        let part_len = (args.inner as usize).div_ceil(row_parts).next_multiple_of(pack);
+        let part_len = (args.inner as usize).div_ceil(row_parts).next_multiple_of(iteration);
         args.row_parts = (args.inner as usize).div_ceil(part_len) as u64;
         args.part_len = part_len as u64;
         args.parts = args.outer * args.row_parts;
@@ -334,16 +369,16 @@ unsafe fn sums_then(
         let tile = column_sum_tile_cols(pack);
         args.groups = if channels < tile && tile.is_multiple_of(channels) { (tile / channels) as u64 } else { 1 };
         let width = channels * args.groups as usize;
-        let (rows_per_chunk, chunks) = chunking(args.outer.div_ceil(args.groups) as usize, width, pack, device);
-        args.part_len = rows_per_chunk;
-        args.parts = chunks;
         let tiles = width.div_ceil(tile) as u32;
-        LaunchConfig {
-            grid: tiles * chunks as u32,
-            block: COLUMN_SUM_WARPS * 32,
-            shared_bytes: column_sum_shared_bytes(pack),
-            cluster: 1,
-        }
+        // One resident wave of blocks, each summing every `chunks`-th row: few parts for the
+        // finalize to add, and reads that sweep x in order.
+        let (block, shared_bytes) = (COLUMN_SUM_WARPS * 32, column_sum_shared_bytes(pack));
+        let resident = sums_kernel.blocks_per_multiprocessor(block, shared_bytes)?.max(1) * device.multiprocessors;
+        let rows = args.outer.div_ceil(args.groups) as usize;
+        let (_, chunks) = chunks_filling(rows, tiles as u64, resident as u64);
+        args.part_len = 0;
+        args.parts = chunks;
+        LaunchConfig { grid: tiles * chunks as u32, block, shared_bytes, cluster: 1 }
     };
     let floats = 2 * (args.parts * args.groups) as usize * channels + BATCH_NORM_COEFFICIENTS * channels;
     // SAFETY: the sums write every part the finalize reads, and the finalize every
@@ -352,10 +387,10 @@ unsafe fn sums_then(
         unsafe { DeviceBuffer::<f32>::uninitialized_async(floats, stream.raw()) }.during("cuMemAllocAsync")?;
     args.partial = workspace.as_device_ptr().as_raw();
     args.coefficients = args.partial + 4 * 2 * args.parts * args.groups * args.channels;
-    let finalize_config = finalize_launch(args.channels, device);
+    let finalize_config = finalize_launch(args.channels, args.parts * args.groups, device);
     // SAFETY: the caller's promise; the workspace holds the parts and the coefficients.
     let launched = unsafe {
-        launch(stream, kernel(stream, sums, dtype, pack)?, sums_config, &args)
+        launch(stream, sums_kernel, sums_config, &args)
             .and_then(|()| launch(stream, kernel(stream, finalize, dtype, 1)?, finalize_config, &args))
             .and_then(|()| then(&args))
     };
@@ -450,7 +485,7 @@ pub fn forward<T: Element>(stream: &Stream, options: Options, call: Forward<'_, 
             let workspace = DeviceBuffer::<f32>::uninitialized_async(BATCH_NORM_COEFFICIENTS * channels, stream.raw())
                 .during("cuMemAllocAsync")?;
             args.coefficients = workspace.as_device_ptr().as_raw();
-            let config = finalize_launch(channels as u64, stream.gpu().info());
+            let config = finalize_launch(channels as u64, 0, stream.gpu().info());
             let launched = launch(stream, kernel(stream, Kind::FinalizeForward, dtype, 1)?, config, &args)
                 .and_then(|()| run_apply(&args));
             workspace.drop_async(stream.raw()).during("cuMemFreeAsync")?;
@@ -601,4 +636,25 @@ fn flat<T: Element>(
     };
     // SAFETY: the arrays hold `len` elements and the mask its words (checked above).
     unsafe { apply(stream, kind, T::DTYPE, pack, &args) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channels_last_grids_stride_whole_rows_of_channels_within_a_wave() {
+        let resident = 132 * 3;
+        for (channels, pack) in [(64, 8), (2048, 8), (512, 8), (256, 8), (3, 1), (17, 1), (96, 4), (1000, 8)] {
+            let needed = 33792;
+            let grid = channel_rows_grid(needed, resident, channels, pack);
+            let stride = grid as u64 * BATCH_NORM_BLOCK_SIZE as u64 * pack as u64;
+            assert!(grid <= resident, "{channels}: {grid} blocks past a wave");
+            assert_eq!(stride % channels, 0, "{channels} channels, {grid} blocks");
+        }
+        // A chunk a warp at most: the grid the tensor needs.
+        assert_eq!(channel_rows_grid(40, resident, 64, 8), 40);
+        // No whole number of rows fits a wave: the grid the tensor needs.
+        assert_eq!(channel_rows_grid(33792, 396, 100_003, 1), 33792);
+    }
 }

@@ -23,8 +23,14 @@ pub fn chunking(rows: usize, cols: usize, pack: usize, device: &DeviceInfo) -> (
     let tiles = cols.div_ceil(column_sum_tile_cols(pack)) as u64;
     let threads_per_block = COLUMN_SUM_WARPS * 32;
     let resident = device.multiprocessors as u64 * (device.max_threads_per_multiprocessor / threads_per_block) as u64;
+    chunks_filling(rows, tiles, 2 * resident)
+}
+
+/// Rows per chunk and chunks for about `blocks` blocks of stage 1 over `tiles` column tiles,
+/// in chunks of at least 32 rows.
+pub fn chunks_filling(rows: usize, tiles: u64, blocks: u64) -> (u64, u64) {
     let max_chunks = (rows as u64 / 32).max(1);
-    let chunks = (2 * resident / tiles).clamp(1, max_chunks);
+    let chunks = (blocks / tiles.max(1)).clamp(1, max_chunks);
     let rows_per_chunk = (rows as u64).div_ceil(chunks);
     (rows_per_chunk, (rows as u64).div_ceil(rows_per_chunk))
 }

@@ -12,7 +12,7 @@
 //!    its parts in a fixed order (no atomics: the same bits every run) and writes the saved
 //!    statistics, the running statistics, the parameter gradients and the per-channel
 //!    coefficients of pass 3.
-//! 3. **apply** ([`apply`]): one pass of 16-byte packs over the tensor in memory order, a
+//! 3. **apply** ([`apply`]): one pass of 16-byte packs over the tensor, last chunk first, a
 //!    warp a chunk of 32 packs: `y = act(a x + b [+ addend])` and the ReLU mask built by
 //!    `vote.sync.ballot`, or `dx = a g + b x + c` (and `d(addend) = g`) with `g` from the
 //!    mask.
@@ -28,6 +28,7 @@ use crate::arch::{
     GlobalAddr, WARP_SIZE, ballot, block_dim_x, block_idx_x, dynamic_shared, grid_dim_x, lane_id, rsqrt, shfl_down,
     sync_threads, thread_idx_x,
 };
+use crate::channel_walk::{ChannelWalk, Extent, Stride};
 use crate::pack::{ColumnLoad, Pack};
 use crate::scalar::Scalar;
 use crate::unroll::{unroll, unrolled_array};
@@ -57,92 +58,6 @@ impl PerChannel {
     unsafe fn get(&self, c: u32, absent: f32) -> f32 {
         // SAFETY: forwarded.
         self.0.as_ref().map_or(absent, |v| unsafe { v.load::<1>(c as u64) }[0])
-    }
-}
-
-/// The channel of a walk along the tensor in memory order: element `(n, c, s)`, as `c` and
-/// `s`, stepped without dividing.
-#[derive(Clone, Copy)]
-struct ChannelWalk {
-    s: u32,
-    c: u32,
-}
-
-/// The view's sizes as a walk steps through them.
-#[derive(Clone, Copy)]
-struct Extent {
-    inner: u32,
-    channels: u32,
-}
-
-impl Extent {
-    #[inline(always)]
-    fn of(args: &BatchNormArgs) -> Self {
-        Extent { inner: args.inner as u32, channels: args.channels as u32 }
-    }
-
-    /// The walk at element `i` (two divisions: once per thread, or per tail element).
-    #[inline(always)]
-    fn at(self, i: u64) -> ChannelWalk {
-        let row = i / self.inner.max(1) as u64;
-        ChannelWalk { s: (i - row * self.inner as u64) as u32, c: (row % self.channels.max(1) as u64) as u32 }
-    }
-
-    /// The next element's walk.
-    #[inline(always)]
-    fn step(self, mut walk: ChannelWalk) -> ChannelWalk {
-        walk.s += 1;
-        if walk.s == self.inner {
-            walk.s = 0;
-            walk.c += 1;
-            if walk.c == self.channels {
-                walk.c = 0;
-            }
-        }
-        walk
-    }
-
-    /// The channels of `P` consecutive elements from `walk`.
-    #[inline(always)]
-    fn channels<const P: usize>(self, walk: ChannelWalk) -> [u32; P] {
-        let mut at = walk;
-        unrolled_array(|j| {
-            if j > 0 {
-                at = self.step(at);
-            }
-            at.c
-        })
-    }
-}
-
-/// A fixed stride of a walk: `delta = rows * inner + s` elements, `rows % channels`
-/// channels.
-#[derive(Clone, Copy)]
-struct Stride {
-    s: u32,
-    c: u32,
-}
-
-impl Extent {
-    #[inline(always)]
-    fn stride(self, delta: u64) -> Stride {
-        let walk = self.at(delta);
-        Stride { s: walk.s, c: walk.c }
-    }
-
-    /// `walk` moved on by `stride` (one compare per wrap: `s, c` stay below their extents).
-    #[inline(always)]
-    fn advance(self, mut walk: ChannelWalk, stride: Stride) -> ChannelWalk {
-        walk.s += stride.s;
-        walk.c += stride.c;
-        if walk.s >= self.inner {
-            walk.s -= self.inner;
-            walk.c += 1;
-        }
-        if walk.c >= self.channels {
-            walk.c -= self.channels;
-        }
-        walk
     }
 }
 
@@ -183,6 +98,10 @@ fn chunk_word<const P: usize>(slots: &[u32; P], w: u32) -> u32 {
     word
 }
 
+/// The most chunks of 32 packs whose loads a warp of the apply pass keeps in flight
+/// together (each pass says how many: [`ApplyPass::CHUNKS_IN_FLIGHT`]).
+const MOST_CHUNKS_IN_FLIGHT: usize = 6;
+
 /// The per-channel coefficients of `P` consecutive elements: `[coefficient][element]`.
 type PackCoefficients<const P: usize> = [[f32; P]; BATCH_NORM_COEFFICIENTS];
 
@@ -195,8 +114,13 @@ trait ApplyPass {
     const READS_MASK: bool;
     /// Whether the pass reads the finalize's coefficients (the standalone ReLU ops do not).
     const AFFINE: bool;
+    /// Chunks a warp keeps in flight, at most [`MOST_CHUNKS_IN_FLIGHT`]: chosen so that the
+    /// registers they cost (ptxas, sm_90) leave about 48 KB of loads in flight an SM, what
+    /// HBM's latency needs, e.g. 16 warps x 6 chunks x 512 B for the ReLU forward at 127
+    /// registers.
+    const CHUNKS_IN_FLIGHT: usize;
 
-    /// What `P` elements are read as, so that two chunks' loads can be in flight together.
+    /// What `P` elements are read as, so that several chunks' loads can be in flight together.
     type Fetched<const P: usize>: Copy;
 
     /// # Safety
@@ -243,12 +167,23 @@ impl<T: Scalar> Flat<T> {
         Flat { base: unsafe { GlobalAddr::from_generic(address) }, _element: core::marker::PhantomData }
     }
 
+    /// Elements `i..i + P` as loaded: chunks in flight hold them so (half the registers of
+    /// f32 for 16-bit types).
+    ///
     /// # Safety
     /// Elements `i..i + P` must be inside the array, `i` aligned to `P` where `P > 1`.
     #[inline(always)]
+    unsafe fn fetch<const P: usize>(&self, i: u64) -> Pack<T, P> {
+        // SAFETY: forwarded.
+        unsafe { Pack::<T, P>::load(self.base, i / P as u64) }
+    }
+
+    /// # Safety
+    /// As [`Flat::fetch`].
+    #[inline(always)]
     unsafe fn load<const P: usize>(&self, i: u64) -> [f32; P] {
         // SAFETY: forwarded.
-        unsafe { Pack::<T, P>::load(self.base, i / P as u64) }.to_f32()
+        unsafe { self.fetch::<P>(i) }.to_f32()
     }
 
     /// # Safety
@@ -289,15 +224,20 @@ impl<T: Scalar, const ACT: Activation, const AFFINE: bool> ApplyPass for Forward
     const WRITES_MASK: bool = !matches!(ACT, Activation::None);
     const READS_MASK: bool = false;
     const AFFINE: bool = AFFINE;
+    const CHUNKS_IN_FLIGHT: usize = match (AFFINE, ACT) {
+        (false, _) => 2,
+        (true, Activation::AddRelu) => 3,
+        (true, _) => 6,
+    };
 
-    type Fetched<const P: usize> = ([f32; P], [f32; P]);
+    type Fetched<const P: usize> = (Pack<T, P>, Pack<T, P>);
 
     #[inline(always)]
     unsafe fn fetch<const P: usize>(&self, i: u64) -> Self::Fetched<P> {
         // SAFETY: forwarded; the addend has x's shape.
         unsafe {
-            let addend = if ACT == Activation::AddRelu { self.addend.load::<P>(i) } else { [0.0; P] };
-            (self.x.load::<P>(i), addend)
+            let addend = if ACT == Activation::AddRelu { self.addend.fetch::<P>(i) } else { Pack::new() };
+            (self.x.fetch::<P>(i), addend)
         }
     }
 
@@ -309,6 +249,7 @@ impl<T: Scalar, const ACT: Activation, const AFFINE: bool> ApplyPass for Forward
         k: &PackCoefficients<P>,
         _: u32,
     ) -> u32 {
+        let (x, addend) = (x.to_f32(), addend.to_f32());
         // SAFETY: forwarded.
         unsafe {
             let mut bits = 0;
@@ -344,13 +285,14 @@ impl<T: Scalar, const ACT: Activation, const AFFINE: bool> ApplyPass for Backwar
     const WRITES_MASK: bool = false;
     const READS_MASK: bool = !matches!(ACT, Activation::None);
     const AFFINE: bool = AFFINE;
+    const CHUNKS_IN_FLIGHT: usize = if AFFINE && !matches!(ACT, Activation::AddRelu) { 3 } else { 2 };
 
-    type Fetched<const P: usize> = ([f32; P], [f32; P]);
+    type Fetched<const P: usize> = (Pack<T, P>, Pack<T, P>);
 
     #[inline(always)]
     unsafe fn fetch<const P: usize>(&self, i: u64) -> Self::Fetched<P> {
         // SAFETY: forwarded; every array has x's shape.
-        unsafe { (self.dy.load::<P>(i), if AFFINE { self.x.load::<P>(i) } else { [0.0; P] }) }
+        unsafe { (self.dy.fetch::<P>(i), if AFFINE { self.x.fetch::<P>(i) } else { Pack::new() }) }
     }
 
     #[inline(always)]
@@ -361,6 +303,7 @@ impl<T: Scalar, const ACT: Activation, const AFFINE: bool> ApplyPass for Backwar
         k: &PackCoefficients<P>,
         bits: u32,
     ) -> u32 {
+        let (dy, x) = (dy.to_f32(), x.to_f32());
         // SAFETY: forwarded.
         unsafe {
             let g: [f32; P] = unrolled_array(|j| if Self::READS_MASK && bits & (1 << j) == 0 { 0.0 } else { dy[j] });
@@ -389,17 +332,19 @@ impl<T: Scalar> ApplyPass for ReluBackwardPass<T> {
     const WRITES_MASK: bool = false;
     const READS_MASK: bool = false;
     const AFFINE: bool = false;
+    const CHUNKS_IN_FLIGHT: usize = 2;
 
-    type Fetched<const P: usize> = ([f32; P], [f32; P]);
+    type Fetched<const P: usize> = (Pack<T, P>, Pack<T, P>);
 
     #[inline(always)]
     unsafe fn fetch<const P: usize>(&self, i: u64) -> Self::Fetched<P> {
         // SAFETY: forwarded.
-        unsafe { (self.dy.load::<P>(i), self.y.load::<P>(i)) }
+        unsafe { (self.dy.fetch::<P>(i), self.y.fetch::<P>(i)) }
     }
 
     #[inline(always)]
     unsafe fn finish<const P: usize>(&self, i: u64, (dy, y): Self::Fetched<P>, _: &PackCoefficients<P>, _: u32) -> u32 {
+        let (dy, y) = (dy.to_f32(), y.to_f32());
         // SAFETY: forwarded.
         unsafe { self.dx.store::<P>(i, unrolled_array(|j| if y[j] > 0.0 { dy[j] } else { 0.0 })) };
         0
@@ -443,6 +388,17 @@ impl Coefficients {
         core::array::from_fn(|k| unrolled_array(|j| unsafe { self.get(k, channels[j]) }))
     }
 
+    /// The coefficients of the `P` consecutive channels from `c`: a vector load each.
+    ///
+    /// # Safety
+    /// `c..c + P` must be channels, `c` and `channels` multiples of `P` (the vectors are then
+    /// aligned to the loads: the workspace before them holds a multiple of `P` f32s).
+    #[inline(always)]
+    unsafe fn run<const P: usize>(&self, c: u32) -> PackCoefficients<P> {
+        // SAFETY: forwarded.
+        core::array::from_fn(|k| unsafe { self.vectors.load::<P>(k as u64 * self.channels + c as u64) })
+    }
+
     /// The coefficients of `P` elements of channel `c`: one load each.
     ///
     /// # Safety
@@ -454,10 +410,20 @@ impl Coefficients {
     }
 }
 
-/// The whole chunks of the apply pass: chunk `at`, then `at + warps`, ..., from the walk of
-/// the thread's first element and the grid's stride (which [`apply`] has already found),
-/// `coefficients` giving each pack's from its walk. Returns the first chunk index past the
-/// last.
+/// The chunk a turn of the grid-stride loop takes: the last first for the normalizing
+/// passes (the sums before them read the tensor forwards, so its end is what L2 still
+/// holds), in memory order for the standalone ReLU passes.
+#[inline(always)]
+fn chunk_of<A: ApplyPass>(turn: u64, chunks: u64) -> u64 {
+    if A::AFFINE { chunks - 1 - turn } else { turn }
+}
+
+/// The whole chunks of the apply pass: the warp's turns `at`, `at + warps`, ... take chunks
+/// [`chunk_of`] them, from the walk of the thread's first element and the grid's stride
+/// (which [`apply`] has already found), `coefficients` giving each pack's from its walk
+/// (walking backwards: only the normalizing passes read it). The pass's chunks in flight
+/// are loaded before the first is finished; past the last chunk the slots are skipped
+/// (the test is the warp's, so every ballot has the whole warp).
 ///
 /// # Safety
 /// As [`apply`].
@@ -469,47 +435,57 @@ unsafe fn whole_chunks<A: ApplyPass, const P: usize>(
     (mut walk, stride): (ChannelWalk, Stride),
     words: *mut u32,
     coefficients: impl Fn(ChannelWalk) -> PackCoefficients<P>,
-) -> u64 {
+) {
     let lane = lane_id();
     // SAFETY (whole body): every element index is below `len`, every word below
     // `ceil(len / 32)`, and each ballot is reached by the whole warp.
     unsafe {
-        let index = |at: u64| (at * WARP_SIZE as u64 + lane as u64) * P as u64;
+        let index = |turn: u64| (chunk_of::<A>(turn, chunks) * WARP_SIZE as u64 + lane as u64) * P as u64;
         let bits = |i: u64| {
             if A::READS_MASK { (words.add((i / 32) as usize).read() >> (i % 32)) & ((1u64 << P) - 1) as u32 } else { 0 }
         };
-        let finish = |at: u64, fetched, bits, walk| {
-            let set = pass.finish::<P>(index(at), fetched, &coefficients(walk), bits);
+        let finish = |turn: u64, fetched, bits, walk| {
+            let set = pass.finish::<P>(index(turn), fetched, &coefficients(walk), bits);
             if A::WRITES_MASK && !words.is_null() {
                 let slots: [u32; P] = unrolled_array(|j| ballot(ALL_LANES, set & (1 << j) != 0));
                 if (lane as usize) < P {
-                    words.add((at * P as u64 + lane as u64) as usize).write(chunk_word::<P>(&slots, lane));
+                    let word = chunk_of::<A>(turn, chunks) * P as u64 + lane as u64;
+                    words.add(word as usize).write(chunk_word::<P>(&slots, lane));
                 }
             }
         };
-        // Two chunks' loads in flight, then the last one alone.
-        while at + warps < chunks {
-            let (i, next) = (index(at), index(at + warps));
-            let (bits_i, bits_next) = (bits(i), bits(next));
-            let (fetched_i, fetched_next) = (pass.fetch::<P>(i), pass.fetch::<P>(next));
-            let walk_next = extent.advance(walk, stride);
-            finish(at, fetched_i, bits_i, walk);
-            finish(at + warps, fetched_next, bits_next, walk_next);
-            walk = extent.advance(walk_next, stride);
-            at += 2 * warps;
-        }
-        if at < chunks {
-            let i = index(at);
-            finish(at, pass.fetch::<P>(i), bits(i), walk);
-            at += warps;
+        while at < chunks {
+            let first = index(at);
+            let mut masks = [bits(first); MOST_CHUNKS_IN_FLIGHT];
+            let mut fetched = [pass.fetch::<P>(first); MOST_CHUNKS_IN_FLIGHT];
+            let mut walks = [walk; MOST_CHUNKS_IN_FLIGHT];
+            unroll::<MOST_CHUNKS_IN_FLIGHT>(|d| {
+                let slot = at + d as u64 * warps;
+                if d > 0 && d < A::CHUNKS_IN_FLIGHT {
+                    walks[d] = extent.retreat(walks[d - 1], stride);
+                    if slot < chunks {
+                        let i = index(slot);
+                        masks[d] = bits(i);
+                        fetched[d] = pass.fetch::<P>(i);
+                    }
+                }
+            });
+            unroll::<MOST_CHUNKS_IN_FLIGHT>(|d| {
+                let slot = at + d as u64 * warps;
+                if d < A::CHUNKS_IN_FLIGHT && slot < chunks {
+                    finish(slot, fetched[d], masks[d], walks[d]);
+                }
+            });
+            walk = extent.retreat(walks[A::CHUNKS_IN_FLIGHT - 1], stride);
+            at += A::CHUNKS_IN_FLIGHT as u64 * warps;
         }
     }
-    at
 }
 
 /// Runs `pass` over the `len` elements of the view: full chunks of 32 packs a warp,
-/// grid-strided, then the last partial chunk element by element (lane `l` of slot `t` takes
-/// element `32 t + l` of it, so each slot's ballot is a mask word as it stands). A pack's
+/// grid-strided ([`chunk_of`] says in which order), then the last partial chunk element by
+/// element (lane `l` of slot `t` takes element `32 t + l` of it, so each slot's ballot is a
+/// mask word as it stands). A pack's
 /// coefficients are read once a thread where its channels never change (channels-last,
 /// the grid's stride a whole number of rows), once a pack where the pack is one channel,
 /// else per element.
@@ -526,23 +502,29 @@ unsafe fn apply<A: ApplyPass, const P: usize>(pass: &A, extent: Extent, len: u64
     let warps = (grid_dim_x() * block_dim_x()) as u64 / WARP_SIZE as u64;
     let chunks = len / chunk;
     let words = mask as *mut u32;
-    let walk = extent.at((warp * WARP_SIZE as u64 + lane as u64) * P as u64);
+    // The thread's first turn's element (any element where the warp has no turn).
+    let first = chunk_of::<A>(warp.min(chunks.max(1) - 1), chunks.max(1));
+    let walk = extent.at((first * WARP_SIZE as u64 + lane as u64) * P as u64);
     let stride = extent.stride(warps * chunk);
     let (span, walks) = ((warp, warps, chunks), (walk, stride));
     // SAFETY (whole body): as the caller promised; every channel a walk gives is one.
     unsafe {
-        let at = if !A::AFFINE {
-            whole_chunks(pass, extent, span, walks, words, |_| [[0.0; P]; BATCH_NORM_COEFFICIENTS])
+        if !A::AFFINE {
+            whole_chunks(pass, extent, span, walks, words, |_| [[0.0; P]; BATCH_NORM_COEFFICIENTS]);
         } else if extent.inner == 1 && stride.c == 0 {
-            let fixed = k.each::<P>(extent.channels::<P>(walk));
-            whole_chunks(pass, extent, span, walks, words, |_| fixed)
+            let fixed = if extent.channels % P as u32 == 0 {
+                k.run::<P>(walk.c)
+            } else {
+                k.each::<P>(extent.channels::<P>(walk))
+            };
+            whole_chunks(pass, extent, span, walks, words, |_| fixed);
         } else if extent.inner % P as u32 == 0 {
-            whole_chunks(pass, extent, span, walks, words, |walk| k.one::<P>(walk.c))
+            whole_chunks(pass, extent, span, walks, words, |walk| k.one::<P>(walk.c));
         } else {
-            whole_chunks(pass, extent, span, walks, words, |walk| k.each::<P>(extent.channels::<P>(walk)))
-        };
-        // The partial chunk: the warp that would take it next.
-        if at == chunks && chunks * chunk < len {
+            whole_chunks(pass, extent, span, walks, words, |walk| k.each::<P>(extent.channels::<P>(walk)));
+        }
+        // The partial chunk: the warp whose turn comes after the whole ones.
+        if chunks * chunk < len && warp == chunks % warps {
             unroll::<P>(|t| {
                 let i = chunks * chunk + (t as u64) * WARP_SIZE as u64 + lane as u64;
                 let inside = i < len;
@@ -881,6 +863,7 @@ unsafe fn channel_sums<C: ChannelTerms, const P: usize>(terms: &C, args: &BatchN
                 cols: width,
                 rows_per_chunk: args.part_len,
                 chunks: args.parts,
+                interleaved: true,
                 partial: args.partial,
             };
             let view = ColumnChannels { terms, channels: args.channels, width, len: args.outer * args.channels };

@@ -4,7 +4,8 @@
 //! [`ColumnTerms`] say what a row adds to each sum; the stages are written once here.
 //!
 //! Stage 1 ([`chunk_sums`]): block `b` sums rows `chunk * rows_per_chunk ..` (chunk
-//! `b / tiles`) of column tile `b % tiles` (32 lanes x `P` columns). Each warp takes every
+//! `b / tiles`), or rows `chunk, chunk + chunks, ...` where [`Columns::interleaved`], of
+//! column tile `b % tiles` (32 lanes x `P` columns). Each warp takes every
 //! [`COLUMN_SUM_WARPS`]-th row of the chunk; the warps' sums then add up in a fixed order
 //! through shared memory, so the result does not depend on scheduling. Stage 2
 //! ([`chunk_totals`]): each column's chunk sums added in chunk order, a thread per column.
@@ -55,6 +56,11 @@ pub(crate) struct Columns {
     pub(crate) cols: u64,
     pub(crate) rows_per_chunk: u64,
     pub(crate) chunks: u64,
+    /// Whether chunk `b` takes rows `b, b + chunks, ...` instead of a block of
+    /// `rows_per_chunk`: the resident grid's reads then sweep the view in order, so the rows
+    /// left in L2 at the end are the last ones (a pass that re-reads the view backwards
+    /// finds them there).
+    pub(crate) interleaved: bool,
     /// f32 `[2, chunks, cols]`: the first sum's chunk sums, then the second's.
     pub(crate) partial: u64,
 }
@@ -73,8 +79,12 @@ pub(crate) unsafe fn chunk_sums<C: ColumnTerms<P>, const P: usize>(terms: &C, at
     let (chunk, tile) = (block_idx_x() as u64 / tiles, block_idx_x() as u64 % tiles);
     let (warp, lane) = (thread_idx_x() / WARP_SIZE, thread_idx_x() % WARP_SIZE);
     let col = tile * tile_cols + lane as u64 * P as u64;
-    let first = chunk * at.rows_per_chunk;
-    let end = (first + at.rows_per_chunk).min(at.rows);
+    let (first, step, end) = if at.interleaved {
+        (chunk, at.chunks, at.rows)
+    } else {
+        let first = chunk * at.rows_per_chunk;
+        (first, 1, (first + at.rows_per_chunk).min(at.rows))
+    };
     let (mut sum_a, mut sum_b) = ([0.0f32; P], [0.0f32; P]);
     // SAFETY (block): every access is a pack of a row < rows at a column < cols.
     unsafe {
@@ -82,9 +92,9 @@ pub(crate) unsafe fn chunk_sums<C: ColumnTerms<P>, const P: usize>(terms: &C, at
             let own = terms.lane(col);
             let mut add = |row: u64, loaded| terms.add(&own, row, loaded, &mut sum_a, &mut sum_b);
             // Four rows' loads in flight per lane, then the rest one by one.
-            let step = COLUMN_SUM_WARPS as u64;
+            let (row_step, step) = (step, COLUMN_SUM_WARPS as u64 * step);
             let load = |row: u64| terms.load(row, col);
-            let mut row = first + warp as u64;
+            let mut row = first + warp as u64 * row_step;
             while row + 3 * step < end {
                 let mut loaded = [load(row); 4];
                 unroll::<4>(|u| {

@@ -531,6 +531,7 @@ fn columns(args: &NormParamGradArgs) -> Columns {
         cols: args.cols,
         rows_per_chunk: args.rows_per_chunk,
         chunks: args.chunks,
+        interleaved: false,
         partial: args.partial,
     }
 }
