@@ -14,6 +14,9 @@ pub fn run(suite: &mut Suite) {
     matrix::<f32>(suite);
     matrix::<f16>(suite);
     matrix::<bf16>(suite);
+    mask_of_stored_y::<f32>(suite);
+    mask_of_stored_y::<f16>(suite);
+    mask_of_stored_y::<bf16>(suite);
     relu_ops::<f32>(suite);
     relu_ops::<bf16>(suite);
     finite_differences(suite);
@@ -320,6 +323,43 @@ fn finite_differences(suite: &mut Suite) {
             });
         }
     }
+}
+
+/// A y that is positive in f32 but rounds to 0 in `T` (weight 0, bias 1e-8: every element)
+/// has its mask bit clear, as PyTorch's ReLU backward reads the stored y.
+fn mask_of_stored_y<T: Element>(suite: &mut Suite) {
+    let name = format!("batch_norm/mask_of_stored_y/{}", T::DTYPE.name());
+    // Exact: the error is 0 or infinite.
+    suite.case(&name, 1.0, |suite, rng| {
+        let (shape, channels) = ([3, 7, 5, 16], 16);
+        let len: usize = shape.iter().product();
+        let x: Vec<T> = Suite::random(rng, Domain::Symmetric(2.0), len);
+        let x_dev = suite.upload(&x, 0)?;
+        let mut y_dev = suite.poisoned::<T>(len, 0)?;
+        let mut mask_dev = Tensor::from_slice(&suite.gpu, &vec![0xA5A5_A5A5u32; mask_words(len)], &[mask_words(len)])?;
+        let (zeros, tiny) = (vec![0.0f32; channels], vec![1e-8f32; channels]);
+        let (w_dev, b_dev) =
+            (Tensor::from_slice(&suite.gpu, &zeros, &[channels])?, Tensor::from_slice(&suite.gpu, &tiny, &[channels])?);
+        let mut rm_dev = Tensor::from_slice(&suite.gpu, &zeros, &[channels])?;
+        let mut rv_dev = Tensor::from_slice(&suite.gpu, &vec![1.0f32; channels], &[channels])?;
+        let mut batches = 0;
+        {
+            let xv = view_at(&x_dev, 0, &shape)?;
+            let mut yv = view_mut_at(&mut y_dev, 0, &shape)?;
+            let call = Forward::new(&xv, &mut yv, Layout::ChannelsLast)
+                .weight(&w_dev)
+                .bias(&b_dev)
+                .running(&mut rm_dev, &mut rv_dev, &mut batches)
+                .relu(Some(&mut mask_dev));
+            batch_norm::forward(&suite.stream, Options::eval(), call)?;
+        }
+        let (y, mask) = (y_dev.to_vec()?, mask_dev.to_vec()?);
+        let wrong = (0..len).find(|&i| (mask[i / 32] >> (i % 32) & 1 == 1) != (y[i].to_f64() > 0.0));
+        Ok(match wrong {
+            Some(i) => Measured { error: f64::INFINITY, detail: format!("mask bit {i} against y = {}", y[i].to_f64()) },
+            None => Measured { error: 0.0, detail: String::new() },
+        })
+    });
 }
 
 fn eval<T: Element>(suite: &mut Suite, rng: &mut Rng, layout: Layout, shape: &[usize]) -> rill::Result<Measured> {

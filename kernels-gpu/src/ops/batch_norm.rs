@@ -261,7 +261,8 @@ impl<T: Scalar, const ACT: Activation, const AFFINE: bool> ApplyPass for Forward
                 }
                 if ACT != Activation::None {
                     y = relu(y);
-                    bits |= ((y > 0.0) as u32) << j;
+                    // The bit says what the stored y says: a tiny positive y is 0 in f16.
+                    bits |= ((T::from_f32(y).to_f32() > 0.0) as u32) << j;
                 }
                 y
             });
