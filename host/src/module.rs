@@ -86,6 +86,12 @@ impl Kernel {
         }
         Ok(blocks.max(0) as u32)
     }
+
+    /// Blocks the whole device keeps resident: [`Kernel::blocks_per_multiprocessor`] on
+    /// every multiprocessor, at least one each (a grid of one resident wave).
+    pub(crate) fn resident_blocks(self, block: u32, shared_bytes: u32, device: &crate::DeviceInfo) -> Result<u32> {
+        Ok(self.blocks_per_multiprocessor(block, shared_bytes)?.max(1) * device.multiprocessors)
+    }
 }
 
 #[derive(Default)]

@@ -214,25 +214,25 @@ fn train<T: Element>(
     // exact ones: their rounding, amplified by invstd in a nearly constant channel, is the
     // forward's error, measured above.
     let saved_mean: Vec<f64> = mean_dev.to_vec()?.iter().map(|&v| v as f64).collect();
-    let invstd: Vec<f64> = invstd_dev.to_vec()?.iter().map(|&v| v as f64).collect();
+    let saved_invstd: Vec<f64> = invstd_dev.to_vec()?.iter().map(|&v| v as f64).collect();
     let g: Vec<f64> = (0..len).map(|i| if act == Act::None || bit(i) { dy[i].to_f64() } else { 0.0 }).collect();
     let (mut sum_g, mut sum_gx) = (vec![0.0; channels], vec![0.0; channels]);
     for i in 0..len {
         let c = channel_of(i, ext);
         sum_g[c] += g[i];
-        sum_gx[c] += g[i] * (xf[i] - saved_mean[c]) * invstd[c];
+        sum_gx[c] += g[i] * (xf[i] - saved_mean[c]) * saved_invstd[c];
     }
     let dx_want: Vec<f64> = (0..len)
         .map(|i| {
             let c = channel_of(i, ext);
-            let xhat = (xf[i] - saved_mean[c]) * invstd[c];
-            weight[c] as f64 * invstd[c] / count * (count * g[i] - sum_g[c] - xhat * sum_gx[c])
+            let xhat = (xf[i] - saved_mean[c]) * saved_invstd[c];
+            weight[c] as f64 * saved_invstd[c] / count * (count * g[i] - sum_g[c] - xhat * sum_gx[c])
         })
         .collect();
     // dx cancels its terms `weight invstd g` (the more so the fewer values a channel has), so
     // its error is measured against their RMS.
     let terms: Vec<f64> =
-        (0..len).map(|i| weight[channel_of(i, ext)] as f64 * invstd[channel_of(i, ext)] * g[i]).collect();
+        (0..len).map(|i| weight[channel_of(i, ext)] as f64 * saved_invstd[channel_of(i, ext)] * g[i]).collect();
     parts.push(("dx", against_floor(&dx_dev.to_vec()?[offset..], &dx_want, rms(&terms).max(rms(&dx_want)))));
     parts.push(("dweight", against_rms(&dw_dev.to_vec()?, &sum_gx)));
     parts.push(("dbias", against_rms(&db_dev.to_vec()?, &sum_g)));

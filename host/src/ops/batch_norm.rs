@@ -281,7 +281,7 @@ unsafe fn apply(stream: &Stream, kind: Kind, dtype: DType, pack: usize, args: &B
     let grid = if args.coefficients == 0 {
         needed
     } else {
-        let resident = kernel.blocks_per_multiprocessor(BATCH_NORM_BLOCK_SIZE, 0)?.max(1) * device.multiprocessors;
+        let resident = kernel.resident_blocks(BATCH_NORM_BLOCK_SIZE, 0, device)?;
         if args.inner == 1 { channel_rows_grid(needed, resident, args.channels, pack) } else { needed.min(resident) }
     };
     let config = LaunchConfig { grid, block: BATCH_NORM_BLOCK_SIZE, shared_bytes: 0, cluster: 1 };
@@ -346,7 +346,7 @@ unsafe fn sums_then(
         // Parts of whole iterations (four packs a lane), and warps enough for one resident
         // wave of the sums kernel.
         let rows = (args.outer * args.channels) as usize;
-        let resident = sums_kernel.blocks_per_multiprocessor(BATCH_NORM_BLOCK_SIZE, 0)?.max(1) * device.multiprocessors;
+        let resident = sums_kernel.resident_blocks(BATCH_NORM_BLOCK_SIZE, 0, device)?;
         let warps_wanted = resident as usize * BATCH_NORM_BLOCK_SIZE as usize / 32;
         let iteration = 32 * 4 * pack;
         let most_parts = (args.inner as usize).div_ceil(iteration);
@@ -373,7 +373,7 @@ unsafe fn sums_then(
         // One resident wave of blocks, each summing every `chunks`-th row: few parts for the
         // finalize to add, and reads that sweep x in order.
         let (block, shared_bytes) = (COLUMN_SUM_WARPS * 32, column_sum_shared_bytes(pack));
-        let resident = sums_kernel.blocks_per_multiprocessor(block, shared_bytes)?.max(1) * device.multiprocessors;
+        let resident = sums_kernel.resident_blocks(block, shared_bytes, device)?;
         let rows = args.outer.div_ceil(args.groups) as usize;
         let (_, chunks) = chunks_filling(rows, tiles as u64, resident as u64);
         args.part_len = 0;
