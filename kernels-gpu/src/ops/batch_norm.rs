@@ -920,39 +920,42 @@ pub unsafe fn finalize_forward<T: Scalar, const ONE: usize>(args: &BatchNormArgs
         let shifts = StatsTerms::<T> { x: Flat::new(args.x), inner: args.inner };
         let weight = PerChannel::new(args.weight);
         let bias = PerChannel::new(args.bias);
+        let running_mean = PerChannel::new(args.running_mean);
+        let running_var = PerChannel::new(args.running_var);
         let coefficients = args.coefficients as *mut f32;
-        let running_mean = args.running_mean as *mut f32;
-        let running_var = args.running_var as *mut f32;
         while c < args.channels {
+            // Every per-channel value is loaded before the parts, so that its latency
+            // overlaps theirs instead of following them.
+            let ch = c as u32;
+            let shift = if args.parts == 0 { 0.0 } else { shifts.center(ch) };
+            let running = (running_mean.get(ch, 0.0), running_var.get(ch, 0.0));
+            let (scale, offset) = (weight.get(ch, 1.0), bias.get(ch, 0.0));
             let (mean, var) = if args.parts == 0 {
-                (running_mean.add(c as usize).read(), running_var.add(c as usize).read())
+                running
             } else {
                 let (first, second) = part_totals(args, c);
-                let shift = shifts.center(c as u32);
                 let m = first / count;
                 (shift + m, (second / count - m * m).max(0.0))
             };
             let invstd = rsqrt(var + args.eps);
-            if !writer {
-                c += blocks;
-                continue;
-            }
-            if args.parts != 0 {
-                if args.save_mean != 0 {
-                    (args.save_mean as *mut f32).add(c as usize).write(mean);
-                    (args.save_invstd as *mut f32).add(c as usize).write(invstd);
+            if writer {
+                if args.parts != 0 {
+                    if args.save_mean != 0 {
+                        (args.save_mean as *mut f32).add(c as usize).write(mean);
+                        (args.save_invstd as *mut f32).add(c as usize).write(invstd);
+                    }
+                    if args.running_mean != 0 {
+                        let m = args.momentum;
+                        let unbiased = if count > 1.0 { var * count / (count - 1.0) } else { var };
+                        (args.running_mean as *mut f32).add(c as usize).write((1.0 - m) * running.0 + m * mean);
+                        (args.running_var as *mut f32).add(c as usize).write((1.0 - m) * running.1 + m * unbiased);
+                    }
                 }
-                if !running_mean.is_null() {
-                    let m = args.momentum;
-                    let unbiased = if count > 1.0 { var * count / (count - 1.0) } else { var };
-                    running_mean.add(c as usize).write((1.0 - m) * running_mean.add(c as usize).read() + m * mean);
-                    running_var.add(c as usize).write((1.0 - m) * running_var.add(c as usize).read() + m * unbiased);
-                }
+                let at = |k: u64| (k * args.channels + c) as usize;
+                coefficients.add(at(0)).write(scale * invstd);
+                coefficients.add(at(1)).write(mean);
+                coefficients.add(at(2)).write(offset);
             }
-            let at = |k: u64| (k * args.channels + c) as usize;
-            coefficients.add(at(0)).write(weight.get(c as u32, 1.0) * invstd);
-            coefficients.add(at(1)).write(mean);
-            coefficients.add(at(2)).write(bias.get(c as u32, 0.0));
             c += blocks;
         }
     }
@@ -979,22 +982,18 @@ unsafe fn part_totals(args: &BatchNormArgs, c: u64) -> (f32, f32) {
     let (mut first, mut second) = (0.0, 0.0);
     let step = block_dim_x() as u64;
     let mut part = thread_idx_x() as u64;
-    // SAFETY (loads): every part index is below `parts`.
+    // SAFETY (loads): a part past the last adds nothing and reads nothing.
     let load = |part: u64| unsafe {
         let at = (part * args.channels + c) as usize;
-        (partial.add(at).read(), partial.add(second_at + at).read())
+        if part < parts { (partial.add(at).read(), partial.add(second_at + at).read()) } else { (0.0, 0.0) }
     };
-    while part + 3 * step < parts {
+    // Four loads in flight, predicated rather than a tail loop, so that a thread with
+    // fewer than four parts still issues them together.
+    while part < parts {
         let loaded = (load(part), load(part + step), load(part + 2 * step), load(part + 3 * step));
         first += loaded.0.0 + loaded.1.0 + loaded.2.0 + loaded.3.0;
         second += loaded.0.1 + loaded.1.1 + loaded.2.1 + loaded.3.1;
         part += 4 * step;
-    }
-    while part < parts {
-        let (a, b) = load(part);
-        first += a;
-        second += b;
-        part += step;
     }
     let (first, second) = (warp_sum(first), warp_sum(second));
     let (warp, warps) = (thread_idx_x() / WARP_SIZE, block_dim_x() / WARP_SIZE);
@@ -1036,20 +1035,21 @@ pub unsafe fn finalize_backward<T: Scalar, const ONE: usize>(args: &BatchNormArg
         let weight = PerChannel::new(args.weight);
         let coefficients = args.coefficients as *mut f32;
         while c < args.channels {
+            // Loaded before the parts, as in the forward's finalize.
+            let mean = (args.save_mean as *const f32).add(c as usize).read();
+            let invstd = (args.save_invstd as *const f32).add(c as usize).read();
+            let scale = weight.get(c as u32, 1.0) * invstd;
             let (sum_g, sum_gx) = part_totals(args, c);
             if thread_idx_x() != 0 {
                 c += blocks;
                 continue;
             }
-            let mean = (args.save_mean as *const f32).add(c as usize).read();
-            let invstd = (args.save_invstd as *const f32).add(c as usize).read();
             if args.dbias != 0 {
                 (args.dbias as *mut f32).add(c as usize).write(sum_g);
             }
             if args.dweight != 0 {
                 (args.dweight as *mut f32).add(c as usize).write(sum_gx * invstd);
             }
-            let scale = weight.get(c as u32, 1.0) * invstd;
             let at = |k: u64| (k * args.channels + c) as usize;
             coefficients.add(at(0)).write(scale);
             coefficients.add(at(1)).write(mean);
