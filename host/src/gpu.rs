@@ -1,10 +1,9 @@
 //! Device, context and stream handling.
 
-use crate::error::{DriverContext, Result};
+use crate::error::{DriverContext, Result, invalid};
 use crate::module::Modules;
 use cust::context::{Context, CurrentContext};
 use cust::device::{Device, DeviceAttribute};
-use cust::event::{Event, EventFlags};
 use cust::stream::{Stream as CudaStream, StreamFlags};
 use std::sync::Arc;
 
@@ -71,8 +70,8 @@ impl Gpu {
     /// A new non-blocking stream on this GPU.
     pub fn stream(&self) -> Result<Stream> {
         self.bind()?;
-        let inner = CudaStream::new(StreamFlags::NON_BLOCKING, None).during("cuStreamCreate")?;
-        Ok(Stream { gpu: self.clone(), inner })
+        let stream = CudaStream::new(StreamFlags::NON_BLOCKING, None).during("cuStreamCreate")?;
+        Ok(Stream { handle: Handle::Owned(stream), gpu: self.clone() })
     }
 
     /// Makes this GPU's context current on the calling thread; every driver call goes
@@ -86,39 +85,115 @@ impl Gpu {
     }
 }
 
+/// A raw CUDA stream handle (`CUstream`), as other CUDA libraries hand them out: cudarc's
+/// `CudaStream::cu_stream()`, PyTorch's `torch.cuda.current_stream().cuda_stream`.
+pub type RawStream = cust::sys::CUstream;
+
 /// A CUDA stream: ops are queued on it and run in order, asynchronously to the host.
 pub struct Stream {
-    // Declared before `gpu` so the stream is destroyed while its context lives.
-    inner: CudaStream,
+    // Declared before `gpu` so an owned stream is destroyed while its context lives.
+    handle: Handle,
     gpu: Gpu,
 }
 
+/// Whether the stream is this library's to destroy.
+enum Handle {
+    Owned(CudaStream),
+    /// Another library's stream: never destroyed here.
+    Borrowed(RawStream),
+}
+
 impl Stream {
+    /// A stream another library created and owns, e.g. cudarc's or PyTorch's current one,
+    /// so that rill's ops queue in order with that library's work. Dropping the `Stream`
+    /// leaves the stream alone; rill synchronizes it only where asked to
+    /// ([`Stream::synchronize`], [`Stream::time_ms`]). The null handle is the context's
+    /// legacy default stream (PyTorch's default).
+    ///
+    /// Fails with [`Error::InvalidInput`] where the stream belongs to another context than
+    /// `gpu`'s primary one.
+    ///
+    /// # Safety
+    /// - `raw` is a live stream, or null, and stays live as long as the returned `Stream`;
+    /// - it is not destroyed while work rill queued on it may still run.
+    ///
+    /// [`Error::InvalidInput`]: crate::Error::InvalidInput
+    pub unsafe fn from_raw(gpu: &Gpu, raw: RawStream) -> Result<Stream> {
+        gpu.bind()?;
+        if !raw.is_null() {
+            let mut context = std::ptr::null_mut();
+            // SAFETY: the caller's promise that `raw` is a live stream; writes one handle.
+            unsafe { cust::sys::cuStreamGetCtx(raw, &mut context) }.during("cuStreamGetCtx")?;
+            if context != gpu.inner.context.as_raw() {
+                invalid!(
+                    "the stream belongs to another CUDA context than GPU {}'s primary one: create it in the \
+                     primary context (cudarc's `CudaContext::new`, PyTorch's default) or open that device",
+                    gpu.info().ordinal
+                );
+            }
+        }
+        Ok(Stream { handle: Handle::Borrowed(raw), gpu: gpu.clone() })
+    }
+
     pub fn gpu(&self) -> &Gpu {
         &self.gpu
+    }
+
+    /// The driver's handle, to queue another library's work in order with rill's.
+    pub fn as_raw(&self) -> RawStream {
+        match &self.handle {
+            Handle::Owned(stream) => stream.as_inner(),
+            Handle::Borrowed(raw) => *raw,
+        }
     }
 
     /// Waits for everything queued so far; reports errors of earlier launches.
     pub fn synchronize(&self) -> Result<()> {
         self.gpu.bind()?;
-        self.inner.synchronize().during("cuStreamSynchronize")
+        // SAFETY: the handle is live (owned, or the `from_raw` caller's promise).
+        unsafe { cust::sys::cuStreamSynchronize(self.as_raw()) }.during("cuStreamSynchronize")
     }
 
     /// Device time of the work `work` queues on this stream, in milliseconds, measured
     /// with CUDA events recorded around it (waits for that work to finish).
     pub fn time_ms(&self, work: impl FnOnce(&Stream) -> Result<()>) -> Result<f32> {
         self.gpu.bind()?;
-        let start = Event::new(EventFlags::DEFAULT).during("cuEventCreate")?;
-        let end = Event::new(EventFlags::DEFAULT).during("cuEventCreate")?;
-        start.record(&self.inner).during("cuEventRecord")?;
+        let (start, end) = (RawEvent::new()?, RawEvent::new()?);
+        start.record(self)?;
         work(self)?;
-        end.record(&self.inner).during("cuEventRecord")?;
-        end.synchronize().during("cuEventSynchronize")?;
-        end.elapsed_time_f32(&start).during("cuEventElapsedTime")
+        end.record(self)?;
+        let mut millis = 0.0f32;
+        // SAFETY: both events are live and recorded; writes one float.
+        unsafe {
+            cust::sys::cuEventSynchronize(end.0).during("cuEventSynchronize")?;
+            cust::sys::cuEventElapsedTime(&mut millis, start.0, end.0).during("cuEventElapsedTime")?;
+        }
+        Ok(millis)
+    }
+}
+
+/// A CUDA event on any stream handle (cust's `Event` records only on its own `Stream`).
+struct RawEvent(cust::sys::CUevent);
+
+impl RawEvent {
+    fn new() -> Result<RawEvent> {
+        let mut event = std::ptr::null_mut();
+        // SAFETY: writes one handle, owned by the returned value.
+        unsafe { cust::sys::cuEventCreate(&mut event, 0) }.during("cuEventCreate")?;
+        Ok(RawEvent(event))
     }
 
-    pub(crate) fn raw(&self) -> &CudaStream {
-        &self.inner
+    fn record(&self, stream: &Stream) -> Result<()> {
+        // SAFETY: the event is live, the stream's handle too.
+        unsafe { cust::sys::cuEventRecord(self.0, stream.as_raw()) }.during("cuEventRecord")
+    }
+}
+
+impl Drop for RawEvent {
+    fn drop(&mut self) {
+        // SAFETY: the event was created by `new` and is destroyed once; a failure leaves
+        // nothing to undo.
+        unsafe { cust::sys::cuEventDestroy_v2(self.0) };
     }
 }
 

@@ -51,7 +51,7 @@ pub(crate) unsafe fn launch<P: Copy>(stream: &Stream, kernel: Kernel, config: La
     let _range = crate::nvtx::range(kernel.symbol);
     if config.cluster > 1 {
         let mut attribute = clusters::cluster_attribute(config.cluster);
-        let ex = clusters::config(config, stream.raw().as_inner(), &mut attribute);
+        let ex = clusters::config(config, stream.as_raw(), &mut attribute);
         // SAFETY: as below; `ex` points at `attribute`, alive for the call.
         return unsafe {
             clusters::cuLaunchKernelEx(&ex, kernel.function, param_ptrs.as_mut_ptr(), null_mut())
@@ -59,7 +59,7 @@ pub(crate) unsafe fn launch<P: Copy>(stream: &Stream, kernel: Kernel, config: La
         };
     }
     let LaunchConfig { grid, block, shared_bytes, .. } = config;
-    let (raw_stream, params) = (stream.raw().as_inner(), param_ptrs.as_mut_ptr());
+    let (raw_stream, params) = (stream.as_raw(), param_ptrs.as_mut_ptr());
     // SAFETY: the driver copies the parameter bytes before returning; validity of what they
     // point to is the caller's obligation.
     unsafe {

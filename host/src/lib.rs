@@ -23,9 +23,10 @@ mod module;
 pub mod nvtx;
 mod ops;
 mod tensor;
+mod workspace;
 
 pub use error::{Error, Result};
-pub use gpu::{DeviceInfo, Gpu, Stream};
+pub use gpu::{DeviceInfo, Gpu, RawStream, Stream};
 pub use launch::{LaunchConfig, WAVES, grid_stride_blocks};
 pub use module::{KernelKey, Module, ptx};
 #[cfg(feature = "norm-ladder")]

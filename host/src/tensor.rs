@@ -185,6 +185,43 @@ macro_rules! view_common {
                 self.address
             }
 
+            /// A view of `shape` over device memory another library allocated and owns
+            /// (cudarc's `CudaSlice`, PyTorch's `data_ptr()`), so that rill's ops read or
+            /// write it in place. Ops take any element-aligned address: where it is not
+            /// aligned to 16 bytes they run narrower packs.
+            ///
+            /// Fails with [`Error::InvalidInput`] where `address` is null (a view of no
+            /// elements may be) or not a multiple of the element's size, or the shape's
+            /// element count overflows.
+            ///
+            /// # Safety
+            /// For as long as the view, and any work rill queued on it, lives:
+            /// - `address .. address + len * size_of::<T>()` is device memory of the
+            ///   primary context of the `Gpu` the ops run on (or managed memory), holding
+            ///   initialized elements where an op reads them;
+            /// - nothing else writes it (for a `ViewMut`, nothing else reads it either)
+            ///   unless ordered with rill's work on the same stream;
+            /// - the owner does not free it.
+            ///
+            /// [`Error::InvalidInput`]: crate::Error::InvalidInput
+            pub unsafe fn from_raw(address: u64, shape: &[usize]) -> Result<Self> {
+                let len = element_count(shape)?;
+                if address == 0 && len > 0 {
+                    invalid!("a null device pointer for a view of shape {shape:?}: give the allocation's address");
+                }
+                if !address.is_multiple_of(size_of::<T>() as u64) {
+                    invalid!(
+                        "device address {address:#x} is not aligned to its {}-byte elements: give an element-aligned \
+                         address",
+                        size_of::<T>()
+                    );
+                }
+                if len.checked_mul(size_of::<T>()).and_then(|bytes| address.checked_add(bytes as u64)).is_none() {
+                    invalid!("a view of shape {shape:?} at {address:#x} runs past the end of the address space");
+                }
+                Ok($view { address, shape: shape.to_vec(), _borrow: PhantomData })
+            }
+
             /// A view of no allocation, for unit tests of what an op records before it
             /// touches a device.
             #[cfg(test)]
@@ -270,7 +307,35 @@ pub fn copy<T: Element>(stream: &crate::Stream, src: &impl AsView<T>, dst: &mut 
     let bytes = src.len() * size_of::<T>();
     // SAFETY: both views borrow live allocations of `len` elements of T.
     unsafe {
-        cust::sys::cuMemcpyDtoDAsync_v2(dst.address(), src.address(), bytes, stream.raw().as_inner())
+        cust::sys::cuMemcpyDtoDAsync_v2(dst.address(), src.address(), bytes, stream.as_raw())
             .during("cuMemcpyDtoDAsync")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Error;
+
+    fn rejected<V>(made: Result<V>) -> String {
+        match made {
+            Err(Error::InvalidInput(message)) => message,
+            Err(other) => panic!("expected an invalid-input error, got {other}"),
+            Ok(_) => panic!("expected an invalid-input error, got a view"),
+        }
+    }
+
+    #[test]
+    fn foreign_views_check_what_they_can() {
+        // SAFETY (each call): the views are never handed to an op.
+        unsafe {
+            assert!(rejected(View::<f32>::from_raw(0, &[4])).contains("null"));
+            assert!(rejected(ViewMut::<f32>::from_raw(0x1002, &[4])).contains("aligned"));
+            assert!(rejected(View::<f32>::from_raw(u64::MAX - 3, &[4])).contains("address space"));
+            assert!(rejected(View::<f32>::from_raw(0x1000, &[usize::MAX, 2])).contains("more elements"));
+            assert_eq!(View::<f32>::from_raw(0, &[0, 7]).map(|v| v.len()).ok(), Some(0));
+            // Element-aligned but not pack-aligned: the ops run narrower packs.
+            assert_eq!(ViewMut::<half::f16>::from_raw(0x1002, &[3, 5]).map(|v| v.address()).ok(), Some(0x1002));
+        }
     }
 }

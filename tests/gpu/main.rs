@@ -8,6 +8,7 @@
 mod batch_norm;
 mod elementwise;
 mod harness;
+mod interop;
 mod norm;
 mod norm_ladder;
 mod softmax;
@@ -27,5 +28,6 @@ fn main() {
     norm_ladder::run(&mut suite);
     norm::run(&mut suite);
     batch_norm::run(&mut suite);
+    interop::run_cases(&mut suite);
     std::process::exit(suite.finish());
 }

@@ -21,13 +21,13 @@
 //! normalizes, applies the activation and writes the mask (`vote.sync.ballot`). The mask
 //! holds bit `i % 32` of word `i / 32` for element `i` in memory order (OneFlow's layout).
 
-use crate::error::{DriverContext, Result, invalid};
+use crate::error::{Result, invalid};
 use crate::launch::{LaunchConfig, grid_stride_blocks, launch};
 use crate::module::KernelKey;
 use crate::ops::columns::chunks_filling;
 use crate::tensor::{AsView, AsViewMut, DType, Element, View, ViewMut};
+use crate::workspace::Workspace;
 use crate::{DeviceInfo, Stream};
-use cust::memory::DeviceBuffer;
 use rill_kernels_gpu::abi::{
     BATCH_NORM_BLOCK_SIZE, BATCH_NORM_COEFFICIENTS, BatchNormArgs, COLUMN_SUM_WARPS, PACK_BYTES,
     column_sum_shared_bytes, column_sum_tile_cols, max_pack,
@@ -383,9 +383,8 @@ unsafe fn sums_then(
     let floats = 2 * (args.parts * args.groups) as usize * channels + BATCH_NORM_COEFFICIENTS * channels;
     // SAFETY: the sums write every part the finalize reads, and the finalize every
     // coefficient the apply pass reads, in stream order.
-    let workspace =
-        unsafe { DeviceBuffer::<f32>::uninitialized_async(floats, stream.raw()) }.during("cuMemAllocAsync")?;
-    args.partial = workspace.as_device_ptr().as_raw();
+    let workspace = Workspace::new(stream, floats)?;
+    args.partial = workspace.address();
     args.coefficients = args.partial + 4 * 2 * args.parts * args.groups * args.channels;
     let finalize_config = finalize_launch(args.channels, args.parts * args.groups, device);
     // SAFETY: the caller's promise; the workspace holds the parts and the coefficients.
@@ -394,7 +393,7 @@ unsafe fn sums_then(
             .and_then(|()| launch(stream, kernel(stream, finalize, dtype, 1)?, finalize_config, &args))
             .and_then(|()| then(&args))
     };
-    workspace.drop_async(stream.raw()).during("cuMemFreeAsync")?;
+    workspace.free()?;
     launched
 }
 
@@ -482,13 +481,12 @@ pub fn forward<T: Element>(stream: &Stream, options: Options, call: Forward<'_, 
         // The finalize reads the running statistics where there are no parts.
         // SAFETY: as above.
         unsafe {
-            let workspace = DeviceBuffer::<f32>::uninitialized_async(BATCH_NORM_COEFFICIENTS * channels, stream.raw())
-                .during("cuMemAllocAsync")?;
-            args.coefficients = workspace.as_device_ptr().as_raw();
+            let workspace = Workspace::new(stream, BATCH_NORM_COEFFICIENTS * channels)?;
+            args.coefficients = workspace.address();
             let config = finalize_launch(channels as u64, 0, stream.gpu().info());
             let launched = launch(stream, kernel(stream, Kind::FinalizeForward, dtype, 1)?, config, &args)
                 .and_then(|()| run_apply(&args));
-            workspace.drop_async(stream.raw()).during("cuMemFreeAsync")?;
+            workspace.free()?;
             launched
         }
     }

@@ -2,11 +2,11 @@
 //! in order): how stage 1 chunks the rows, its stream-ordered workspace, and the two
 //! launches. The norms' parameter gradients use it; any kernel pair of that shape can.
 
-use crate::error::{DriverContext, Result};
+use crate::error::Result;
 use crate::launch::{LaunchConfig, launch};
 use crate::module::Kernel;
+use crate::workspace::Workspace;
 use crate::{DeviceInfo, Stream};
-use cust::memory::DeviceBuffer;
 use rill_kernels_gpu::abi::{COLUMN_SUM_WARPS, column_sum_shared_bytes, column_sum_tile_cols};
 
 /// Threads per block of stage 2 (a thread per column, grid-strided).
@@ -50,9 +50,8 @@ pub(crate) unsafe fn sum_columns<A: ColumnSumArgs>(
     let device = stream.gpu().info();
     let (rows_per_chunk, chunks) = chunking(rows, cols, pack, device);
     // SAFETY: stage 1 writes every partial sum stage 2 reads, before it on the same stream.
-    let partial = unsafe { DeviceBuffer::<f32>::uninitialized_async(2 * chunks as usize * cols, stream.raw()) }
-        .during("cuMemAllocAsync")?;
-    args.set_chunking(rows_per_chunk, chunks, partial.as_device_ptr().as_raw());
+    let partial = Workspace::new(stream, 2 * chunks as usize * cols)?;
+    args.set_chunking(rows_per_chunk, chunks, partial.address());
     let tiles = cols.div_ceil(column_sum_tile_cols(pack)) as u32;
     let chunks_config = LaunchConfig {
         grid: tiles * chunks as u32,
@@ -67,7 +66,7 @@ pub(crate) unsafe fn sum_columns<A: ColumnSumArgs>(
         launch(stream, chunks_kernel, chunks_config, &args)
             .and_then(|()| launch(stream, totals_kernel, totals_config, &args))
     };
-    partial.drop_async(stream.raw()).during("cuMemFreeAsync")?;
+    partial.free()?;
     launched
 }
 

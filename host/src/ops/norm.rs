@@ -14,7 +14,7 @@
 //! Inputs are f32, f16 or bf16, computed in f32; the weight and bias are f32 or the input's
 //! dtype, the same for both (and their gradients): whichever a call gets first fixes it. An
 //! f32 input may be written as f16 or bf16. The row kernels share softmax's three
-//! paths and dispatch ([`super::rows`]). dweight and dbias are column sums over the rows,
+//! paths and dispatch (the row engine). dweight and dbias are column sums over the rows,
 //! reduced in two deterministic stages (chunk sums into a stream-ordered workspace, then
 //! the chunks in order): no atomics, the same bits every run.
 

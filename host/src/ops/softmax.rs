@@ -3,7 +3,7 @@
 //! mask, cross entropy (log-softmax gathered at the targets, never materialized), and
 //! logsumexp.
 //!
-//! Each call validates its tensors, plans the implementation ([`super::rows::dispatch::plan`]) and
+//! Each call validates its tensors, plans the implementation and
 //! launches; it returns the [`Plan`] it ran, so callers and tests can see the choice
 //! ([`Softmax::plan_only`] asks for it without launching).
 //! A row of all `-inf` gives NaN, as in PyTorch.

@@ -55,7 +55,7 @@ pub struct Plan {
     pub path: Path,
     pub pack: usize,
     /// Whether a block path runs each row from its head: rows that start past a 16-byte
-    /// boundary, all arrays by the same amount (see [`Problem::block_pack`]).
+    /// boundary, all arrays by the same amount.
     pub phased: bool,
     pub grid: u32,
 }

@@ -1,0 +1,55 @@
+//! Stream-ordered scratch memory for the partial sums ops pass between their kernels.
+
+use crate::Stream;
+use crate::error::{DriverContext, Result, invalid};
+use crate::gpu::RawStream;
+use std::mem::ManuallyDrop;
+
+/// f32 scratch from the device's default memory pool, allocated and freed in stream order
+/// (`cuMemAllocAsync`, `cuMemFreeAsync`) on any stream handle, owned or borrowed (cust's
+/// `DeviceBuffer` takes only its own `Stream`).
+pub(crate) struct Workspace {
+    address: u64,
+    stream: RawStream,
+}
+
+impl Workspace {
+    /// `len` uninitialized f32s, usable by work queued on `stream` after this call.
+    pub(crate) fn new(stream: &Stream, len: usize) -> Result<Workspace> {
+        let Some(bytes) = len.checked_mul(size_of::<f32>()) else {
+            invalid!("a workspace of {len} f32s does not fit the address space");
+        };
+        let mut address = 0;
+        if bytes > 0 {
+            // SAFETY: writes one device pointer; the stream handle is live.
+            unsafe { cust::sys::cuMemAllocAsync(&mut address, bytes, stream.as_raw()) }.during("cuMemAllocAsync")?;
+        }
+        Ok(Workspace { address, stream: stream.as_raw() })
+    }
+
+    pub(crate) fn address(&self) -> u64 {
+        self.address
+    }
+
+    /// Frees the memory once the work queued before this call has run.
+    pub(crate) fn free(self) -> Result<()> {
+        let workspace = ManuallyDrop::new(self);
+        workspace.release().during("cuMemFreeAsync")
+    }
+
+    fn release(&self) -> cust::sys::CUresult {
+        if self.address == 0 {
+            return cust::sys::CUresult::CUDA_SUCCESS;
+        }
+        // SAFETY: the address came from `cuMemAllocAsync` and is freed once, in the order of
+        // the stream it was allocated on.
+        unsafe { cust::sys::cuMemFreeAsync(self.address, self.stream) }
+    }
+}
+
+impl Drop for Workspace {
+    /// On an early return: freed all the same; a failure there leaves nothing to undo.
+    fn drop(&mut self) {
+        self.release();
+    }
+}
