@@ -12,7 +12,8 @@
 //!   50257, the RMSNorm optimization ladder's rungs (`rms_norm_ladder/<rung>`, 49152 rows of
 //!   128..32768 columns, 768, 1000), in f32, f16 and bf16; BatchNorm with ReLU and with
 //!   Add + ReLU (forward, backward, both) and the mask-based ReLU backward at ResNet's
-//!   shapes (see `batch_norm.rs`); `--quick` a one-minute subset,
+//!   shapes (see `batch_norm.rs`); a user's fused kernel (int8 dequantize + softmax, see
+//!   `fused.rs`) against the unfused chain; `--quick` a one-minute subset,
 //!   `--filter` ops or families by name, `--dtype` one dtype, `--cols` some row widths;
 //! - the table on stdout (op, dtype, shape, path, time, GB/s, % of copy), progress on
 //!   stderr, the records as JSON (`--json`, default target/bench/bench.json), one SVG plot
@@ -28,6 +29,7 @@
 
 mod batch_norm;
 mod elementwise;
+mod fused;
 mod measure;
 mod norm;
 mod norm_ladder;
@@ -129,6 +131,9 @@ fn run(gpu: Gpu, options: &Options) -> Result<(), Box<dyn Error>> {
     sweep_dtype::<f32>(&mut bench, options)?;
     sweep_dtype::<f16>(&mut bench, options)?;
     sweep_dtype::<bf16>(&mut bench, options)?;
+    if options.dtype.as_deref().is_none_or(|dtype| dtype == "bf16") {
+        fused::sweep(&mut bench)?;
+    }
     eprintln!();
     write(&options.json, &report::to_json(&bench.records)?)?;
     report_records(&bench.records, &device, options)

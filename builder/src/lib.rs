@@ -94,24 +94,8 @@ impl PtxBuild {
         let target_dir = self.target_dir.join(module.name());
         let arch = module_arch(&self.arch, module);
         let isa = module.needs().map_or(DEFAULT_PTX_ISA, |(_, isa)| isa);
-        let mut cargo = clean_command("cargo");
-        cargo
-            .current_dir(&self.crate_dir)
-            .args(["rustc", "--release", "--lib", "--crate-type", "cdylib", "-Zbuild-std=core"])
-            .args(["--target", TARGET, "--features", module.name(), "--target-dir"])
-            .arg(&target_dir)
-            .args(["--config", "profile.release.panic=\"abort\""])
-            // Kernels are built from small generic pieces and closures that must all inline
-            // (an outlined piece turns register arrays into local memory).
-            .env(
-                "CARGO_ENCODED_RUSTFLAGS",
-                format!("-Ctarget-cpu={arch}\x1f-Ctarget-feature=+{isa}\x1f-Cllvm-args=-inline-threshold=5000"),
-            );
-        let status = cargo.status().map_err(|error| BuildError::Spawn { program: "cargo", error })?;
-        if !status.success() {
-            return Err(BuildError::CargoFailed { module: module.name().to_string(), status });
-        }
-        let built = target_dir.join(TARGET).join("release").join("rill_kernels_gpu.ptx");
+        let built =
+            nested_build(&self.crate_dir, Some(module.name()), &target_dir, &arch, isa)?.join("rill_kernels_gpu.ptx");
         if !built.is_file() {
             return Err(BuildError::NoPtx(built));
         }
@@ -119,6 +103,80 @@ impl PtxBuild {
         std::fs::copy(&built, &dest).map_err(|e| BuildError::Io(dest.clone(), e))?;
         Ok(dest)
     }
+}
+
+/// The PTX build of a user's kernel crate: a `no_std` crate that depends on the device
+/// crate with its `fuse` feature and instantiates rill's bodies for its own functors
+/// (`fused_softmax!`). Its build script runs this; the host crate loads the file with
+/// `rill::fuse::FusedModule`.
+#[derive(Clone, Debug)]
+pub struct FusedPtxBuild {
+    /// The user's kernel crate (holding its Cargo.toml).
+    pub crate_dir: PathBuf,
+    /// The nested build's own target directory.
+    pub target_dir: PathBuf,
+    /// The PTX file to write.
+    pub out_file: PathBuf,
+    /// `sm_XY` ([`DEFAULT_ARCH`] unless the kernels need newer).
+    pub arch: String,
+}
+
+impl FusedPtxBuild {
+    /// Builds the crate; returns the written PTX path.
+    pub fn run(&self) -> Result<PathBuf, BuildError> {
+        let absolute = |path: &Path| std::path::absolute(path).map_err(|e| BuildError::Io(path.to_path_buf(), e));
+        let crate_dir = absolute(&self.crate_dir)?;
+        check_arch(&self.arch)?;
+        check_toolchain(&crate_dir)?;
+        let release = nested_build(&crate_dir, None, &absolute(&self.target_dir)?, &self.arch, DEFAULT_PTX_ISA)?;
+        // The crate's one cdylib, whatever its name.
+        let ptx: Vec<PathBuf> = std::fs::read_dir(&release)
+            .map_err(|e| BuildError::Io(release.clone(), e))?
+            .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+            .filter(|path| path.extension().is_some_and(|ext| ext == "ptx"))
+            .collect();
+        let [built] = ptx.as_slice() else {
+            return Err(BuildError::NoPtx(release.join("<crate>.ptx")));
+        };
+        if let Some(parent) = self.out_file.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| BuildError::Io(parent.to_path_buf(), e))?;
+        }
+        std::fs::copy(built, &self.out_file).map_err(|e| BuildError::Io(self.out_file.clone(), e))?;
+        Ok(self.out_file.clone())
+    }
+}
+
+/// `cargo rustc` of `crate_dir` for the NVPTX target (with `feature` where given); returns
+/// the directory its PTX lands in.
+fn nested_build(
+    crate_dir: &Path,
+    feature: Option<&str>,
+    target_dir: &Path,
+    arch: &str,
+    isa: &str,
+) -> Result<PathBuf, BuildError> {
+    let mut cargo = clean_command("cargo");
+    cargo
+        .current_dir(crate_dir)
+        .args(["rustc", "--release", "--lib", "--crate-type", "cdylib", "-Zbuild-std=core"])
+        .args(["--target", TARGET, "--target-dir"])
+        .arg(target_dir)
+        .args(["--config", "profile.release.panic=\"abort\""])
+        // Kernels are built from small generic pieces and closures that must all inline
+        // (an outlined piece turns register arrays into local memory).
+        .env(
+            "CARGO_ENCODED_RUSTFLAGS",
+            format!("-Ctarget-cpu={arch}\x1f-Ctarget-feature=+{isa}\x1f-Cllvm-args=-inline-threshold=5000"),
+        );
+    if let Some(feature) = feature {
+        cargo.args(["--features", feature]);
+    }
+    let status = cargo.status().map_err(|error| BuildError::Spawn { program: "cargo", error })?;
+    if !status.success() {
+        let what = feature.map_or_else(|| crate_dir.display().to_string(), str::to_string);
+        return Err(BuildError::CargoFailed { module: what, status });
+    }
+    Ok(target_dir.join(TARGET).join("release"))
 }
 
 /// A command with only the toolchain-locating variables of this process's environment.
@@ -204,6 +262,8 @@ mod tests {
             .lines()
             .take_while(|line| !line.starts_with('['))
             .filter_map(|line| line.split_once('=').map(|(name, _)| name.trim()))
+            // Not a module: what users' kernel crates build with.
+            .filter(|&name| name != "fuse")
             .collect();
         let mut modules: Vec<&str> = Module::ALL.iter().map(|m| m.name()).collect();
         let mut declared_sorted = declared.clone();

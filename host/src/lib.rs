@@ -17,6 +17,7 @@
 //! [`Error::InvalidInput`] that says what to change, never a panic or a wrong answer.
 
 mod error;
+pub mod fuse;
 mod gpu;
 mod launch;
 mod module;

@@ -34,7 +34,6 @@ pub fn ptx(module: Module) -> Option<&'static str> {
 #[derive(Clone, Copy)]
 pub(crate) struct Kernel {
     pub(crate) function: CUfunction,
-    pub(crate) key: KernelKey,
     /// Its PTX symbol, the name its launches' NVTX ranges carry.
     pub(crate) symbol: &'static str,
     /// The most threads per block it launches with (its registers decide).
@@ -45,14 +44,14 @@ pub(crate) struct Kernel {
 unsafe impl Send for Kernel {}
 
 impl Kernel {
-    fn new(function: CUfunction, key: KernelKey, symbol: &'static str) -> Result<Kernel> {
+    pub(crate) fn new(function: CUfunction, symbol: &'static str) -> Result<Kernel> {
         let mut threads = 0i32;
         // SAFETY: writes one int for a loaded function.
         unsafe {
             cuFuncGetAttribute(&mut threads, CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function)
                 .during("cuFuncGetAttribute")?;
         }
-        Ok(Kernel { function, key, symbol, max_threads_per_block: threads.max(0) as u32 })
+        Ok(Kernel { function, symbol, max_threads_per_block: threads.max(0) as u32 })
     }
 
     /// Lets the kernel launch with `bytes` of dynamic shared memory (above the default 48 KB).
@@ -103,8 +102,9 @@ pub(crate) struct Modules {
     resident_clusters: Mutex<HashMap<ClusterShape, u32>>,
 }
 
-/// A kernel, its cluster size, block size and dynamic shared bytes.
-type ClusterShape = (KernelKey, u32, u32, u32);
+/// A kernel (its function handle, unique while its module is loaded), its cluster size,
+/// block size and dynamic shared bytes.
+type ClusterShape = (usize, u32, u32, u32);
 
 impl Modules {
     /// The kernel `key` names, loading its module on first use; `Unsupported` where the
@@ -127,7 +127,7 @@ impl Modules {
         let function = loaded_module
             .get_function(symbol)
             .map_err(|_| Error::Unsupported(format!("kernel `{symbol}` is not in PTX module `{}`", module.name())))?;
-        let kernel = Kernel::new(function.to_raw(), key, symbol)?;
+        let kernel = Kernel::new(function.to_raw(), symbol)?;
         kernels.insert(key, kernel);
         Ok(kernel)
     }
@@ -140,7 +140,7 @@ impl Modules {
         (cluster, block, shared_bytes): (u32, u32, u32),
         ask: impl FnOnce() -> Result<u32>,
     ) -> Result<u32> {
-        let key = (kernel.key, cluster, block, shared_bytes);
+        let key = (kernel.function as usize, cluster, block, shared_bytes);
         if let Some(&resident) = self.resident_clusters.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
             return Ok(resident);
         }

@@ -42,6 +42,7 @@ element! {
     half::bf16: BF16, |v| v.to_f64(), |x| half::bf16::from_f32(x as f32);
     i64: I64, |v| v as f64, |x| x as i64;
     u32: U32, |v| v as f64, |x| x as u32;
+    i8: I8, |v| v as f64, |x| x as i8;
 }
 
 fn element_count(shape: &[usize]) -> Result<usize> {

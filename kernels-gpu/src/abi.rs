@@ -43,6 +43,8 @@ pub enum DType {
     I64,
     /// Bit masks (the ReLU mask of BatchNorm), 32 elements a word.
     U32,
+    /// Quantized values, which users' fused kernels read (`crate::fuse`).
+    I8,
 }
 
 impl DType {
@@ -53,6 +55,7 @@ impl DType {
             DType::F16 | DType::BF16 => 2,
             DType::I64 => 8,
             DType::U32 => 4,
+            DType::I8 => 1,
         }
     }
 
@@ -64,6 +67,7 @@ impl DType {
             DType::BF16 => "bf16",
             DType::I64 => "i64",
             DType::U32 => "u32",
+            DType::I8 => "i8",
         }
     }
 }
@@ -168,6 +172,35 @@ pub trait RowArgs: Copy {
 /// `target` value whose row is ignored by cross entropy (loss 0, gradient 0), as PyTorch's
 /// default `ignore_index`.
 pub const CROSS_ENTROPY_IGNORE_INDEX: i64 = -100;
+
+/// Parameters of a user's fused row kernel (`fused_softmax!`), passed by value: the view
+/// the host planned, and the user's own `#[repr(C)]` parameters (their arrays' addresses,
+/// scales), whose size the host checks against the kernel's ([`FusedFacts`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FusedArgs<E> {
+    pub shape: RowShape,
+    pub extra: E,
+}
+
+impl<E: Copy> RowArgs for FusedArgs<E> {
+    fn shape_mut(&mut self) -> &mut RowShape {
+        &mut self.shape
+    }
+}
+
+/// What a user's fused kernels tell the host, as the global `<name>_facts` of their PTX:
+/// written by `fused_softmax!` from the types themselves, so the host restates nothing.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FusedFacts {
+    /// Bytes of the user's parameter struct.
+    pub extra_bytes: u32,
+    /// Elements of the widest pack the kernels load (pack 1 kernels exist beside them).
+    pub pack: u32,
+    /// Bytes per column the shared path caches a row in (the load's exact dtype).
+    pub cache_bytes_per_col: u32,
+}
 
 /// Parameters of every softmax-family kernel, passed by value.
 #[repr(C)]

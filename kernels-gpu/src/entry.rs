@@ -27,7 +27,7 @@ mod elementwise {
 }
 
 /// The softmax-family entry points of `(Kind kind Path path dtype pack)` entries.
-#[cfg(feature = "softmax")]
+#[cfg(all(feature = "softmax", not(feature = "fuse")))]
 macro_rules! softmax_entries {
     ($(($K:ident $kind:ident $P:ident $path:ident $dtype:ident $pack:literal))*) => {
         $(const _: () = {
@@ -58,7 +58,7 @@ macro_rules! norm_entries {
     };
 }
 
-#[cfg(all(feature = "softmax", not(feature = "cluster")))]
+#[cfg(all(feature = "softmax", not(any(feature = "cluster", feature = "fuse"))))]
 crate::softmax_kernels!(main softmax_entries);
 
 #[cfg(all(feature = "norm", not(feature = "cluster")))]

@@ -38,6 +38,9 @@ mod ops;
 #[cfg(target_arch = "nvptx64")]
 mod entry;
 
+#[cfg(all(target_arch = "nvptx64", feature = "fuse"))]
+pub mod fuse;
+
 #[cfg(target_arch = "nvptx64")]
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {

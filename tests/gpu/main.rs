@@ -7,6 +7,7 @@
 
 mod batch_norm;
 mod elementwise;
+mod fused;
 mod harness;
 mod interop;
 mod norm;
@@ -29,5 +30,6 @@ fn main() {
     norm::run(&mut suite);
     batch_norm::run(&mut suite);
     interop::run_cases(&mut suite);
+    fused::run_cases(&mut suite);
     std::process::exit(suite.finish());
 }

@@ -30,7 +30,7 @@ fn tolerance(dtype: DType) -> f64 {
         DType::F32 => 1e-5,
         DType::F16 => 2e-3,
         DType::BF16 => 1.6e-2,
-        DType::I64 | DType::U32 => 0.0,
+        DType::I64 | DType::U32 | DType::I8 => 0.0,
     }
 }
 
@@ -289,7 +289,7 @@ fn round_to<T: Element>(v: f32) -> f64 {
     match T::DTYPE {
         DType::F16 => f16::from_f32(v).to_f64(),
         DType::BF16 => bf16::from_f32(v).to_f64(),
-        DType::F32 | DType::I64 | DType::U32 => v as f64,
+        DType::F32 | DType::I64 | DType::U32 | DType::I8 => v as f64,
     }
 }
 

@@ -9,7 +9,7 @@ pub fn tolerance(dtype: DType) -> f64 {
         DType::F32 => 1e-5,
         DType::F16 => 1e-3,
         DType::BF16 => 8e-3,
-        DType::I64 | DType::U32 => 0.0,
+        DType::I64 | DType::U32 | DType::I8 => 0.0,
     }
 }
 
@@ -18,7 +18,7 @@ pub fn tolerance(dtype: DType) -> f64 {
 /// precision).
 pub fn relative_floor(dtype: DType) -> f64 {
     match dtype {
-        DType::F32 | DType::BF16 | DType::I64 | DType::U32 => f32::MIN_POSITIVE as f64,
+        DType::F32 | DType::BF16 | DType::I64 | DType::U32 | DType::I8 => f32::MIN_POSITIVE as f64,
         DType::F16 => 6.103_515_625e-5,
     }
 }

@@ -8,5 +8,5 @@ pub mod norm;
 /// library (the `norm-ladder` feature).
 #[cfg(feature = "norm-ladder")]
 pub mod norm_ladder;
-mod rows;
+pub(crate) mod rows;
 pub mod softmax;

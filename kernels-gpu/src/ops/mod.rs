@@ -1,13 +1,16 @@
 //! One generic body per op family; `entry` instantiates them.
 
 #[cfg(any(feature = "softmax", feature = "norm"))]
+#[cfg_attr(feature = "fuse", allow(dead_code))]
 #[macro_use]
 mod rows;
 
 #[cfg(feature = "elementwise")]
 pub mod elementwise;
 
+// A user's kernel crate (`fuse`) takes the softmax body alone, through `crate::fuse`.
 #[cfg(feature = "softmax")]
+#[cfg_attr(feature = "fuse", allow(dead_code))]
 pub mod softmax;
 
 // The cluster module instantiates the row kernels only, not the parameter gradients;

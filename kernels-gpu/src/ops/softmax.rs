@@ -13,6 +13,8 @@ use super::rows::forward::{Accumulate, CachedPass, ForwardRows, NoElements, RowF
 use crate::abi::{CROSS_ENTROPY_IGNORE_INDEX, RowShape, SOFTMAX_BACKWARD_HELD_PACKS, SoftmaxArgs};
 use crate::arch::wait_async_copies;
 use crate::math::exp;
+#[cfg(feature = "fuse")]
+use crate::pack::StoreOne;
 use crate::pack::{DirectLoad, DirectStore, Load, LoadOne, Pack, RowMajor, Store};
 use crate::reduce::{MAX_WORDS, Max, Reduce, Sum, Words};
 use crate::scalar::Scalar;
@@ -542,4 +544,20 @@ pub unsafe fn cross_entropy_backward<T: Scalar, const P: usize, const PATH: RowP
         ForwardRows::<_, _, _, P> { op: &elements(args), load: &load, outputs: &grad, shape: &args.shape }
             .run::<PATH>();
     }
+}
+
+/// Softmax through a user's functors (`crate::fuse`).
+///
+/// # Safety
+/// As [`crate::fuse::softmax`].
+#[cfg(feature = "fuse")]
+#[inline(always)]
+pub unsafe fn fused<L, S, const P: usize, const PATH: RowPath>(shape: &RowShape, load: &L, store: &S)
+where
+    L: Load<P> + LoadOne,
+    S: Store<P> + StoreOne + Copy,
+{
+    let op = Softmax { log: false, value: () };
+    // SAFETY: forwarded to the caller.
+    unsafe { ForwardRows::<_, _, _, P> { op: &op, load, outputs: store, shape }.run::<PATH>() }
 }

@@ -6,6 +6,7 @@ pub mod dispatch;
 
 use crate::Stream;
 use crate::error::{Result, invalid};
+use crate::fuse::FusedModule;
 use crate::launch::{LaunchConfig, active_clusters, launch};
 use crate::module::{Kernel, KernelKey};
 use crate::tensor::{Element, View};
@@ -55,8 +56,8 @@ pub(crate) fn check_aligned(op: &str, what: &str, address: u64, bytes: u64) -> R
 
 /// The kernels a row call chooses among: the op's kind and dtypes, its path and pack left
 /// to the planner.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum RowKernels {
+#[derive(Clone, Copy)]
+pub(crate) enum RowKernels<'a> {
     Softmax {
         kind: SoftmaxKind,
         dtype: DType,
@@ -66,21 +67,28 @@ pub(crate) enum RowKernels {
         kind: NormKernelKind,
         dtypes: (DType, DType, DType),
     },
+    /// A user's kernels of one name in their own module (`crate::fuse`).
+    Fused {
+        module: &'a FusedModule,
+        name: &'a str,
+    },
 }
 
-impl RowKernels {
-    pub(crate) fn at(self, path: RowPath, pack: usize) -> KernelKey {
+impl RowKernels<'_> {
+    /// The kernel on `path` at `pack`; `Unsupported` where there is none.
+    pub(crate) fn kernel(self, gpu: &crate::Gpu, path: RowPath, pack: usize) -> Result<Kernel> {
         match self {
-            RowKernels::Softmax { kind, dtype } => KernelKey::Softmax { kind, path, dtype, pack },
-            RowKernels::Norm { kind, dtypes } => KernelKey::Norm { kind, path, dtypes, pack },
+            RowKernels::Softmax { kind, dtype } => gpu.modules().kernel(KernelKey::Softmax { kind, path, dtype, pack }),
+            RowKernels::Norm { kind, dtypes } => gpu.modules().kernel(KernelKey::Norm { kind, path, dtypes, pack }),
+            RowKernels::Fused { module, name } => module.row_kernel(name, path, pack),
         }
     }
 }
 
 /// One launch of a row-wise kernel, before planning.
 pub(crate) struct RowCall<'a, A: RowArgs> {
-    pub op: &'static str,
-    pub kernels: RowKernels,
+    pub op: &'a str,
+    pub kernels: RowKernels<'a>,
     /// The widest pack the kernels have (elements per 16-byte access of the widest dtype).
     pub widest: usize,
     /// What the planner is asked, but for what [`RowCall::run`] works out from `arrays` and
@@ -116,14 +124,34 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
     /// read more than once.
     pub(crate) fn new<T: Element>(
         stream: &'a Stream,
-        op: &'static str,
-        kernels: RowKernels,
+        op: &'a str,
+        kernels: RowKernels<'a>,
         x: &View<'_, T>,
         args: A,
         force: Option<PathKind>,
         launch: bool,
     ) -> Result<Self> {
         let (rows, cols) = rows_cols(op, x.shape())?;
+        let bytes = size_of::<T>();
+        let mut call = RowCall::over(stream, op, kernels, (rows, cols), max_pack(bytes, bytes), args, force, launch);
+        call.problem.cache_bytes_per_col = bytes as u32;
+        call.arrays.push((x.address(), bytes));
+        Ok(call)
+    }
+
+    /// A call over `rows x cols` whose kernels load packs of up to `widest` elements, with
+    /// no arrays yet and rows cached as f32; otherwise [`RowCall::new`]'s defaults.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn over(
+        stream: &'a Stream,
+        op: &'a str,
+        kernels: RowKernels<'a>,
+        (rows, cols): (usize, usize),
+        widest: usize,
+        args: A,
+        force: Option<PathKind>,
+        launch: bool,
+    ) -> Self {
         let problem = Problem {
             rows,
             cols,
@@ -131,25 +159,25 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             pack: 1,
             block_pack: 1,
             block_limit: 0,
-            cache_bytes_per_col: size_of::<T>() as u32,
+            cache_bytes_per_col: size_of::<f32>() as u32,
             cluster_held_packs: 0,
             warp_max_cols: WARP_MAX_COLS,
             reads_once: false,
             force,
         };
-        Ok(RowCall {
+        RowCall {
             op,
             kernels,
-            widest: max_pack(size_of::<T>(), size_of::<T>()),
+            widest,
             problem,
-            arrays: vec![(x.address(), size_of::<T>())],
+            arrays: Vec::new(),
             phased: false,
             args,
             column_bytes: 0,
             columns_before_blocks: false,
             launch,
             stream,
-        })
+        }
     }
 
     pub(crate) fn run(mut self) -> Result<Plan> {
@@ -165,7 +193,7 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
         gpu.bind()?;
         let kernel_for = |plan: &Plan| -> Result<Kernel> {
             let path = plan.row_path();
-            gpu.modules().kernel(self.kernels.at(path, plan.pack)).map_err(|error| {
+            self.kernels.kernel(gpu, path, plan.pack).map_err(|error| {
                 error.reword_unsupported(|| format!("no `{}` kernel for these dtypes on the {path:?} path", self.op))
             })
         };
@@ -181,9 +209,13 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             shared.prefer_shared_carveout(first_carveout)?;
             shared.blocks_per_multiprocessor(block, bytes)
         };
-        // Asked only on GPUs with clusters, when a row does not fit one block.
+        // Asked only on GPUs with clusters, when a row does not fit one block; a family
+        // without cluster kernels (users' fused ones) resides no clusters.
         let cluster = |cluster: u32, block: u32, bytes: u32| {
-            let kernel = block_kernel(Path::Cluster { cluster, block, shared_bytes: bytes })?;
+            let kernel = match block_kernel(Path::Cluster { cluster, block, shared_bytes: bytes }) {
+                Err(crate::Error::Unsupported(_)) if matches!(self.kernels, RowKernels::Fused { .. }) => return Ok(0),
+                found => found?,
+            };
             if block > kernel.max_threads_per_block {
                 return Ok(0);
             }
