@@ -178,7 +178,7 @@ const PALETTE: [RGBColor; 8] = [
     RGBColor(23, 190, 207),
 ];
 
-/// One SVG plot per op but the copy, named "<op>.svg": effective GB/s against n (elementwise
+/// One SVG plot per op but the copy, named `<op>.svg`: effective GB/s against n (elementwise
 /// ops) or cols (row ops, only the op's most common rows, so the line is one sweep), on a
 /// log2 axis; a line with markers per dtype and that dtype's copy ceiling dashed and paler.
 pub fn plots(records: &[Record], device: &str) -> Result<Vec<(String, String)>, Box<dyn Error>> {
@@ -186,7 +186,7 @@ pub fn plots(records: &[Record], device: &str) -> Result<Vec<(String, String)>, 
     ops(records).into_iter().map(|op| Ok((file_name(op), plot(records, op, &dtypes, device)?))).collect()
 }
 
-/// "<op>.svg", any character that could leave the directory replaced.
+/// `<op>.svg`, any character that could leave the directory replaced.
 fn file_name(op: &str) -> String {
     let safe: String =
         op.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect();

@@ -42,6 +42,29 @@ unsafe impl Sync for FusedModule {}
 
 impl FusedModule {
     /// Loads `ptx` (the driver JIT-compiles it for this GPU).
+    ///
+    /// ```no_run
+    /// # use rill::fuse::{FusedModule, RowArray};
+    /// # fn main() -> rill::Result<()> {
+    /// # let gpu = rill::Gpu::new(0)?;
+    /// # let stream = gpu.stream()?;
+    /// # const PTX: &str = "";
+    /// // PTX a kernel crate built with `fused_softmax!(scaled, Scaled, ScaledLoad, make, 4)`.
+    /// #[repr(C)]
+    /// #[derive(Clone, Copy)]
+    /// struct Scaled { x: u64, y: u64, scale: f32 }
+    /// let module = FusedModule::load(&gpu, PTX)?;
+    /// let fused = module.softmax::<Scaled>("scaled")?;
+    /// let x = rill::Tensor::<f32>::zeros(&gpu, &[4, 1000])?;
+    /// let mut y = rill::Tensor::<f32>::zeros(&gpu, &[4, 1000])?;
+    /// let arrays = [RowArray { address: x.view().address(), element_bytes: 4 },
+    ///               RowArray { address: y.view().address(), element_bytes: 4 }];
+    /// let extra = Scaled { x: x.view().address(), y: y.view().address(), scale: 0.5 };
+    /// // SAFETY: x and y hold 4 x 1000 f32 and live past the stream's work.
+    /// unsafe { fused.run(&stream, (4, 1000), &arrays, extra)? };
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn load(gpu: &Gpu, ptx: &str) -> Result<FusedModule> {
         let Ok(text) = CString::new(ptx) else {
             invalid!("the PTX text holds a NUL byte: give the file rill-builder wrote");

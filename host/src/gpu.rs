@@ -118,6 +118,21 @@ impl Stream {
     /// - it is not destroyed while work rill queued on it may still run.
     ///
     /// [`Error::InvalidInput`]: crate::Error::InvalidInput
+    ///
+    /// ```no_run
+    /// # fn main() -> rill::Result<()> {
+    /// # let gpu = rill::Gpu::new(0)?;
+    /// # let stream = gpu.stream()?;
+    /// // A stream another library made (here one of rill's own, for the example):
+    /// let theirs = gpu.stream()?;
+    /// // SAFETY: `theirs` outlives `ours` and is in GPU 0's primary context.
+    /// let ours = unsafe { rill::Stream::from_raw(&gpu, theirs.as_raw())? };
+    /// let x = rill::Tensor::<f32>::zeros(&gpu, &[1024])?;
+    /// let mut y = rill::Tensor::<f32>::zeros(&gpu, &[1024])?;
+    /// rill::elementwise::relu(&ours, &x, &mut y)?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub unsafe fn from_raw(gpu: &Gpu, raw: RawStream) -> Result<Stream> {
         gpu.bind()?;
         if !raw.is_null() {

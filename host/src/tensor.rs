@@ -296,6 +296,17 @@ impl<T: Element> AsViewMut<T> for ViewMut<'_, T> {
 
 /// Device-to-device copy of `src` into `dst` (same shape), queued on `stream`: the
 /// bandwidth ceiling the benchmarks measure every kernel against.
+///
+/// ```no_run
+/// # fn main() -> rill::Result<()> {
+/// # let gpu = rill::Gpu::new(0)?;
+/// # let stream = gpu.stream()?;
+/// let src = rill::Tensor::<f32>::from_slice(&gpu, &[1.0, 2.0], &[2])?;
+/// let mut dst = rill::Tensor::<f32>::zeros(&gpu, &[2])?;
+/// rill::copy(&stream, &src, &mut dst)?;
+/// # Ok(())
+/// # }
+/// ```
 pub fn copy<T: Element>(stream: &crate::Stream, src: &impl AsView<T>, dst: &mut impl AsViewMut<T>) -> Result<()> {
     let (src, dst) = (src.as_view(), dst.as_view_mut());
     if src.shape() != dst.shape() {

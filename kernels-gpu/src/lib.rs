@@ -8,7 +8,7 @@
 //!
 //! Layout: [`arch`] is the only user of NVPTX intrinsics and inline PTX, in one file per role
 //! (thread, warp, shared and global memory, async copies, clusters, conversions, math);
-//! [`pack`] holds the vectorized accesses and the Load/Store traits; `ops/` holds one generic
+//! `pack` holds the vectorized accesses and the Load/Store traits; `ops/` holds one generic
 //! body per op family; `entry` instantiates the exported kernels from the tables in [`abi`].
 #![cfg_attr(target_arch = "nvptx64", no_std)]
 #![cfg_attr(target_arch = "nvptx64", feature(abi_ptx, stdarch_nvptx, asm_experimental_arch))]

@@ -4,7 +4,7 @@
 //! one flat list of kernels for a callback. The device instantiates an entry point per
 //! kernel from that list (`entry.rs`); the host resolves a typed [`KernelKey`] to the
 //! kernel's symbol by a `match` generated from the same list. Symbols are spelled by one
-//! macro ([`kernel_symbol!`]), so a kernel missing on either side cannot compile, and no
+//! macro ([`kernel_symbol!`](crate::kernel_symbol)), so a kernel missing on either side cannot compile, and no
 //! side ever compares strings. The PTX modules, with the cargo feature that builds each,
 //! are [`Module`]; the builder builds [`Module::ALL`].
 //!

@@ -1,7 +1,7 @@
 //! Developer tasks: `cargo xtask <task>`.
 //!
 //! - `build-ptx [--arch sm_XY] [--out DIR]`: builds every PTX module (default sm_80,
-//!   into target/ptx/<arch>/).
+//!   into `target/ptx/<arch>/`).
 //! - `gpu-bundle [--out DIR]`: builds the release GPU test suite, benchmark and runner and
 //!   copies the executables into one folder (default `.gpu/`) to run on a GPU machine.
 //! - `bench [ARGS]`: builds and runs the benchmark (`rill-bench`, see its docs for ARGS);

@@ -399,6 +399,24 @@ unsafe fn sums_then(
 
 /// Runs the forward. Training needs more than one value per channel; eval needs the
 /// running statistics.
+///
+/// ```no_run
+/// # use rill::Tensor;
+/// # use rill::batch_norm::{self, Forward, Layout, Options};
+/// # fn main() -> rill::Result<()> {
+/// # let gpu = rill::Gpu::new(0)?;
+/// # let stream = gpu.stream()?;
+/// // relu(bn(x)) in training over NCHW x, keeping the mask for the backward:
+/// let (n, c, hw) = (8, 16, 49);
+/// let x = Tensor::<f32>::from_slice(&gpu, &vec![0.5; n * c * hw], &[n, c, hw])?;
+/// let mut y = Tensor::<f32>::zeros(&gpu, &[n, c, hw])?;
+/// let mut mask = Tensor::<u32>::zeros(&gpu, &[batch_norm::mask_words(n * c * hw)])?;
+/// let (mut mean, mut invstd) = (Tensor::<f32>::zeros(&gpu, &[c])?, Tensor::<f32>::zeros(&gpu, &[c])?);
+/// let call = Forward::new(&x, &mut y, Layout::ChannelsFirst).save(&mut mean, &mut invstd).relu(Some(&mut mask));
+/// batch_norm::forward(&stream, Options::training(), call)?;
+/// # Ok(())
+/// # }
+/// ```
 pub fn forward<T: Element>(stream: &Stream, options: Options, call: Forward<'_, T>) -> Result<()> {
     let Forward { x, y, layout, weight, bias, mut running, save, activation, addend, mut mask } = call;
     let (outer, channels, inner) = extent(x.shape(), layout)?;
@@ -493,6 +511,26 @@ pub fn forward<T: Element>(stream: &Stream, options: Options, call: Forward<'_, 
 }
 
 /// Runs the backward of a training forward.
+///
+/// ```no_run
+/// # use rill::Tensor;
+/// # use rill::batch_norm::{self, Backward, Layout};
+/// # fn main() -> rill::Result<()> {
+/// # let gpu = rill::Gpu::new(0)?;
+/// # let stream = gpu.stream()?;
+/// let (n, c, hw) = (8, 16, 49);
+/// let (x, dy) = (Tensor::<f32>::zeros(&gpu, &[n, c, hw])?, Tensor::<f32>::zeros(&gpu, &[n, c, hw])?);
+/// let mut dx = Tensor::<f32>::zeros(&gpu, &[n, c, hw])?;
+/// // The forward's saved statistics and mask:
+/// let (mean, invstd) = (Tensor::<f32>::zeros(&gpu, &[c])?, Tensor::<f32>::zeros(&gpu, &[c])?);
+/// let mask = Tensor::<u32>::zeros(&gpu, &[batch_norm::mask_words(n * c * hw)])?;
+/// let (mut dw, mut db) = (Tensor::<f32>::zeros(&gpu, &[c])?, Tensor::<f32>::zeros(&gpu, &[c])?);
+/// let w = Tensor::<f32>::from_slice(&gpu, &vec![1.0; c], &[c])?;
+/// let call = Backward::new(&dy, &x, &mut dx, Layout::ChannelsFirst, (&mean, &invstd)).weight(&w);
+/// batch_norm::backward(&stream, call.relu(&mask).dweight(&mut dw).dbias(&mut db))?;
+/// # Ok(())
+/// # }
+/// ```
 pub fn backward<T: Element>(stream: &Stream, call: Backward<'_, T>) -> Result<()> {
     let Backward { dy, x, dx, layout, saved, weight, activation, mask, mut daddend, mut dweight, mut dbias } = call;
     let (outer, channels, inner) = extent(x.shape(), layout)?;
@@ -556,6 +594,19 @@ pub fn backward<T: Element>(stream: &Stream, call: Backward<'_, T>) -> Result<()
 }
 
 /// `y = relu(x)` and its mask (`mask_words(len)` u32 words), for any shape.
+///
+/// ```no_run
+/// # use rill::{Tensor, batch_norm};
+/// # fn main() -> rill::Result<()> {
+/// # let gpu = rill::Gpu::new(0)?;
+/// # let stream = gpu.stream()?;
+/// let x = Tensor::<f32>::from_slice(&gpu, &[-1.0, 2.0, 0.5], &[3])?;
+/// let mut y = Tensor::<f32>::zeros(&gpu, &[3])?;
+/// let mut mask = Tensor::<u32>::zeros(&gpu, &[batch_norm::mask_words(3)])?;
+/// batch_norm::relu_with_mask(&stream, &x, &mut y, &mut mask)?;
+/// # Ok(())
+/// # }
+/// ```
 pub fn relu_with_mask<T: Element>(
     stream: &Stream,
     x: &impl AsView<T>,
@@ -573,6 +624,19 @@ pub fn relu_with_mask<T: Element>(
 }
 
 /// `dx = dy` where the mask's bit is set, else 0.
+///
+/// ```no_run
+/// # use rill::{Tensor, batch_norm};
+/// # fn main() -> rill::Result<()> {
+/// # let gpu = rill::Gpu::new(0)?;
+/// # let stream = gpu.stream()?;
+/// let dy = Tensor::<f32>::from_slice(&gpu, &[1.0, 1.0, 1.0], &[3])?;
+/// let mask = Tensor::<u32>::from_slice(&gpu, &[0b110], &[batch_norm::mask_words(3)])?;
+/// let mut dx = Tensor::<f32>::zeros(&gpu, &[3])?;
+/// batch_norm::relu_backward_from_mask(&stream, &dy, &mask, &mut dx)?;
+/// # Ok(())
+/// # }
+/// ```
 pub fn relu_backward_from_mask<T: Element>(
     stream: &Stream,
     dy: &impl AsView<T>,
@@ -590,6 +654,19 @@ pub fn relu_backward_from_mask<T: Element>(
 }
 
 /// `dx = dy` where `y > 0`, else 0: the ReLU backward the mask replaces.
+///
+/// ```no_run
+/// # use rill::{Tensor, batch_norm};
+/// # fn main() -> rill::Result<()> {
+/// # let gpu = rill::Gpu::new(0)?;
+/// # let stream = gpu.stream()?;
+/// let dy = Tensor::<f32>::from_slice(&gpu, &[1.0, 1.0, 1.0], &[3])?;
+/// let y = Tensor::<f32>::from_slice(&gpu, &[0.0, 2.0, 0.5], &[3])?;
+/// let mut dx = Tensor::<f32>::zeros(&gpu, &[3])?;
+/// batch_norm::relu_backward(&stream, &dy, &y, &mut dx)?;
+/// # Ok(())
+/// # }
+/// ```
 pub fn relu_backward<T: Element>(
     stream: &Stream,
     dy: &impl AsView<T>,

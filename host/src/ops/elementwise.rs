@@ -114,6 +114,15 @@ fn run<I: Element, O: Element>(
 macro_rules! same_dtype_ops {
     ($($(#[$doc:meta])* $name:ident($($input:ident),+) $op:ident;)+) => {$(
         $(#[$doc])*
+        ///
+        #[doc = concat!(
+            "```no_run\n# fn main() -> rill::Result<()> {\n",
+            "let gpu = rill::Gpu::new(0)?;\nlet stream = gpu.stream()?;\n",
+            $("let ", stringify!($input), " = rill::Tensor::<f32>::from_slice(&gpu, &[0.5; 1024], &[1024])?;\n",)+
+            "let mut y = rill::Tensor::<f32>::zeros(&gpu, &[1024])?;\n",
+            "rill::elementwise::", stringify!($name), "(&stream, ", $("&", stringify!($input), ", ",)+ "&mut y)?;\n",
+            "# Ok(())\n# }\n```"
+        )]
         pub fn $name<T: Element>(
             stream: &Stream,
             $($input: &impl AsView<T>,)+
@@ -151,6 +160,17 @@ same_dtype_ops! {
 }
 
 /// `y = x` converted to another dtype, rounding to nearest even.
+///
+/// ```no_run
+/// # fn main() -> rill::Result<()> {
+/// # let gpu = rill::Gpu::new(0)?;
+/// # let stream = gpu.stream()?;
+/// let x = rill::Tensor::<f32>::from_slice(&gpu, &[1.0, 2.5, -3.0], &[3])?;
+/// let mut y = rill::Tensor::<half::bf16>::zeros(&gpu, &[3])?;
+/// rill::elementwise::cast(&stream, &x, &mut y)?;
+/// # Ok(())
+/// # }
+/// ```
 pub fn cast<I: Element, O: Element>(stream: &Stream, x: &impl AsView<I>, y: &mut impl AsViewMut<O>) -> Result<()> {
     if I::DTYPE == O::DTYPE {
         invalid!("cast from {} to itself: use `copy`", I::DTYPE.name());

@@ -319,6 +319,23 @@ impl Norm {
     }
 
     /// Runs a forward call; returns the plan it ran.
+    ///
+    /// ```no_run
+    /// # use rill::Tensor;
+    /// # use rill::norm::{Forward, Norm, NormKind};
+    /// # fn main() -> rill::Result<()> {
+    /// # let gpu = rill::Gpu::new(0)?;
+    /// # let stream = gpu.stream()?;
+    /// let (rows, cols) = (4, 4096);
+    /// let x = Tensor::<f32>::from_slice(&gpu, &vec![0.5; rows * cols], &[rows, cols])?;
+    /// let w = Tensor::<f32>::from_slice(&gpu, &vec![1.0; cols], &[cols])?;
+    /// let mut y = Tensor::<f32>::zeros(&gpu, &[rows, cols])?;
+    /// let mut rstd = Tensor::<f32>::zeros(&gpu, &[rows])?;
+    /// let call = Forward::new(&x, &mut y).weight(&w).save_rstd(&mut rstd);
+    /// Norm::new().forward(&stream, NormKind::RmsNorm, 1e-6, call)?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn forward<'a, T: Element, U: Element, G: Element>(
         &self,
         stream: &Stream,
@@ -400,6 +417,23 @@ impl Norm {
 
     /// Runs a backward call: `dx`, then dweight and dbias if asked. Returns the plan of
     /// the `dx` kernel.
+    ///
+    /// ```no_run
+    /// # use rill::Tensor;
+    /// # use rill::norm::{Backward, Norm, NormKind};
+    /// # fn main() -> rill::Result<()> {
+    /// # let gpu = rill::Gpu::new(0)?;
+    /// # let stream = gpu.stream()?;
+    /// let (rows, cols) = (4, 4096);
+    /// let (x, dy) = (Tensor::<f32>::zeros(&gpu, &[rows, cols])?, Tensor::<f32>::zeros(&gpu, &[rows, cols])?);
+    /// let rstd = Tensor::<f32>::zeros(&gpu, &[rows])?; // the forward's saved statistic
+    /// let w = Tensor::<f32>::from_slice(&gpu, &vec![1.0; cols], &[cols])?;
+    /// let (mut dx, mut dw) = (Tensor::<f32>::zeros(&gpu, &[rows, cols])?, Tensor::<f32>::zeros(&gpu, &[cols])?);
+    /// let call = Backward::new(&x, &dy, &rstd, &mut dx).weight(&w).dweight(&mut dw);
+    /// Norm::new().backward(&stream, NormKind::RmsNorm, call)?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn backward<'a, T: Element, G: Element>(
         &self,
         stream: &Stream,

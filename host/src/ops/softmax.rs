@@ -240,34 +240,140 @@ macro_rules! with_default_choice {
 
 with_default_choice! {
     /// `y = softmax(x)` over the last axis.
+    ///
+    /// ```no_run
+    /// # fn main() -> rill::Result<()> {
+    /// # let gpu = rill::Gpu::new(0)?;
+    /// # let stream = gpu.stream()?;
+    /// let x = rill::Tensor::<f32>::from_slice(&gpu, &vec![0.5; 4 * 1000], &[4, 1000])?;
+    /// let mut y = rill::Tensor::<f32>::zeros(&gpu, &[4, 1000])?;
+    /// rill::softmax::softmax(&stream, &x, &mut y)?;
+    /// # Ok(())
+    /// # }
+    /// ```
     fn softmax(x: &impl AsView<T>, y: &mut impl AsViewMut<T>) = forward(x, y, false);
 
     /// `y = log_softmax(x)` over the last axis.
+    ///
+    /// ```no_run
+    /// # fn main() -> rill::Result<()> {
+    /// # let gpu = rill::Gpu::new(0)?;
+    /// # let stream = gpu.stream()?;
+    /// let x = rill::Tensor::<f32>::from_slice(&gpu, &vec![0.5; 4 * 1000], &[4, 1000])?;
+    /// let mut y = rill::Tensor::<f32>::zeros(&gpu, &[4, 1000])?;
+    /// rill::softmax::log_softmax(&stream, &x, &mut y)?;
+    /// # Ok(())
+    /// # }
+    /// ```
     fn log_softmax(x: &impl AsView<T>, y: &mut impl AsViewMut<T>) = forward(x, y, true);
 
     /// `dx = (dy - sum(dy * y)) * y` from softmax's output `y`.
+    ///
+    /// ```no_run
+    /// # fn main() -> rill::Result<()> {
+    /// # let gpu = rill::Gpu::new(0)?;
+    /// # let stream = gpu.stream()?;
+    /// let y = rill::Tensor::<f32>::from_slice(&gpu, &vec![0.001; 4 * 1000], &[4, 1000])?;
+    /// let dy = rill::Tensor::<f32>::from_slice(&gpu, &vec![1.0; 4 * 1000], &[4, 1000])?;
+    /// let mut dx = rill::Tensor::<f32>::zeros(&gpu, &[4, 1000])?;
+    /// rill::softmax::softmax_backward(&stream, &y, &dy, &mut dx)?;
+    /// # Ok(())
+    /// # }
+    /// ```
     fn softmax_backward(y: &impl AsView<T>, dy: &impl AsView<T>, dx: &mut impl AsViewMut<T>)
         = backward(y, dy, dx, false);
 
     /// `dx = dy - exp(y) * sum(dy)` from log-softmax's output `y`.
+    ///
+    /// ```no_run
+    /// # fn main() -> rill::Result<()> {
+    /// # let gpu = rill::Gpu::new(0)?;
+    /// # let stream = gpu.stream()?;
+    /// let y = rill::Tensor::<f32>::from_slice(&gpu, &vec![-6.9; 4 * 1000], &[4, 1000])?;
+    /// let dy = rill::Tensor::<f32>::from_slice(&gpu, &vec![1.0; 4 * 1000], &[4, 1000])?;
+    /// let mut dx = rill::Tensor::<f32>::zeros(&gpu, &[4, 1000])?;
+    /// rill::softmax::log_softmax_backward(&stream, &y, &dy, &mut dx)?;
+    /// # Ok(())
+    /// # }
+    /// ```
     fn log_softmax_backward(y: &impl AsView<T>, dy: &impl AsView<T>, dx: &mut impl AsViewMut<T>)
         = backward(y, dy, dx, true);
 
     /// `y = softmax(x * scale + mask)`; see [`Softmax::scale_mask`].
+    ///
+    /// ```no_run
+    /// # fn main() -> rill::Result<()> {
+    /// # let gpu = rill::Gpu::new(0)?;
+    /// # let stream = gpu.stream()?;
+    /// // Scores of 2 batches x 8 heads x 128 queries, one mask of 128 x 128 for all.
+    /// let x = rill::Tensor::<f32>::zeros(&gpu, &[2, 8, 128, 128])?;
+    /// let mask = rill::Tensor::<f32>::zeros(&gpu, &[128, 128])?;
+    /// let mut y = rill::Tensor::<f32>::zeros(&gpu, &[2, 8, 128, 128])?;
+    /// rill::softmax::scaled_masked_softmax(&stream, &x, &mask, 0.125, &mut y)?;
+    /// # Ok(())
+    /// # }
+    /// ```
     fn scaled_masked_softmax(x: &impl AsView<T>, mask: &impl AsView<T>, scale: f32, y: &mut impl AsViewMut<T>)
         = scale_mask(x, mask, scale, y);
 
     /// `y = softmax(x * scale)` under a causal mask; see [`Softmax::causal`].
+    ///
+    /// ```no_run
+    /// # fn main() -> rill::Result<()> {
+    /// # let gpu = rill::Gpu::new(0)?;
+    /// # let stream = gpu.stream()?;
+    /// let x = rill::Tensor::<f32>::zeros(&gpu, &[2, 8, 128, 128])?;
+    /// let mut y = rill::Tensor::<f32>::zeros(&gpu, &[2, 8, 128, 128])?;
+    /// rill::softmax::scaled_causal_softmax(&stream, &x, 0.125, &mut y)?;
+    /// # Ok(())
+    /// # }
+    /// ```
     fn scaled_causal_softmax(x: &impl AsView<T>, scale: f32, y: &mut impl AsViewMut<T>) = causal(x, scale, y);
 
     /// Per-row cross entropy; see [`Softmax::cross_entropy`].
+    ///
+    /// ```no_run
+    /// # fn main() -> rill::Result<()> {
+    /// # let gpu = rill::Gpu::new(0)?;
+    /// # let stream = gpu.stream()?;
+    /// let logits = rill::Tensor::<f32>::zeros(&gpu, &[4, 32000])?;
+    /// let target = rill::Tensor::<i64>::from_slice(&gpu, &[3, 17, -100, 31999], &[4])?;
+    /// let mut loss = rill::Tensor::<f32>::zeros(&gpu, &[4])?;
+    /// rill::softmax::cross_entropy(&stream, &logits, &target, &mut loss)?;
+    /// # Ok(())
+    /// # }
+    /// ```
     fn cross_entropy(logits: &impl AsView<T>, target: &impl AsView<i64>, loss: &mut impl AsViewMut<f32>)
         = cross_entropy(logits, target, loss);
 
     /// `ln(sum(e^x))` over the last axis, in f32; see [`Softmax::logsumexp`].
+    ///
+    /// ```no_run
+    /// # fn main() -> rill::Result<()> {
+    /// # let gpu = rill::Gpu::new(0)?;
+    /// # let stream = gpu.stream()?;
+    /// let x = rill::Tensor::<f32>::zeros(&gpu, &[4, 1000])?;
+    /// let mut out = rill::Tensor::<f32>::zeros(&gpu, &[4])?;
+    /// rill::softmax::logsumexp(&stream, &x, &mut out)?;
+    /// # Ok(())
+    /// # }
+    /// ```
     fn logsumexp(x: &impl AsView<T>, out: &mut impl AsViewMut<f32>) = logsumexp(x, out);
 
     /// Gradient of [`cross_entropy`]; see [`Softmax::cross_entropy_backward`].
+    ///
+    /// ```no_run
+    /// # fn main() -> rill::Result<()> {
+    /// # let gpu = rill::Gpu::new(0)?;
+    /// # let stream = gpu.stream()?;
+    /// let logits = rill::Tensor::<f32>::zeros(&gpu, &[4, 32000])?;
+    /// let target = rill::Tensor::<i64>::from_slice(&gpu, &[3, 17, -100, 31999], &[4])?;
+    /// let dloss = rill::Tensor::<f32>::from_slice(&gpu, &[0.25; 4], &[4])?;
+    /// let mut dlogits = rill::Tensor::<f32>::zeros(&gpu, &[4, 32000])?;
+    /// rill::softmax::cross_entropy_backward(&stream, &logits, &target, &dloss, &mut dlogits)?;
+    /// # Ok(())
+    /// # }
+    /// ```
     fn cross_entropy_backward(
         logits: &impl AsView<T>,
         target: &impl AsView<i64>,
