@@ -30,6 +30,7 @@ fn main() {
     norm::run(&mut suite);
     batch_norm::run(&mut suite);
     interop::run_cases(&mut suite);
+    interop::raw_views(&mut suite);
     fused::run_cases(&mut suite);
     std::process::exit(suite.finish());
 }
