@@ -12,7 +12,7 @@ use crate::error::{DriverContext, Error, Result, invalid};
 use crate::gpu::Gpu;
 use crate::launch::{LaunchConfig, launch};
 use crate::module::Kernel;
-use crate::ops::rows::{RowCall, RowKernels};
+use crate::ops::rows::{RowCall, RowKernels, rows_cols};
 use crate::softmax::{PathKind, Plan};
 use rill_kernels_gpu::abi::{FusedArgs, FusedFacts};
 use rill_kernels_gpu::table::RowPath;
@@ -212,9 +212,7 @@ impl<E: Copy> FusedSoftmax<'_, E> {
         extra: E,
     ) -> Result<Plan> {
         let op = self.name.as_str();
-        if rows == 0 || cols == 0 {
-            invalid!("`{op}` got an empty view of {rows} x {cols}");
-        }
+        rows_cols(op, &[rows, cols])?;
         let kernels = RowKernels::Fused { module: self.module, name: op };
         let args = FusedArgs { shape: Default::default(), extra };
         let mut call =

@@ -385,7 +385,7 @@ unsafe fn sums_then(
     // coefficient the apply pass reads, in stream order.
     let workspace = Workspace::new(stream, floats)?;
     args.partial = workspace.address();
-    args.coefficients = args.partial + 4 * 2 * args.parts * args.groups * args.channels;
+    args.coefficients = args.partial + (size_of::<f32>() as u64) * 2 * args.parts * args.groups * args.channels;
     let finalize_config = finalize_launch(args.channels, args.parts * args.groups, device);
     // SAFETY: the caller's promise; the workspace holds the parts and the coefficients.
     let launched = unsafe {

@@ -531,7 +531,8 @@ unsafe fn apply<A: ApplyPass, const P: usize>(pass: &A, extent: Extent, len: u64
                 let inside = i < len;
                 let word = (i / 32) as usize;
                 let bits = if A::READS_MASK && inside { (words.add(word).read() >> lane) & 1 } else { 0 };
-                let coefficients = if A::AFFINE && inside { k.each::<1>([extent.at(i).c]) } else { [[0.0]; 4] };
+                let coefficients =
+                    if A::AFFINE && inside { k.each::<1>([extent.at(i).c]) } else { [[0.0]; BATCH_NORM_COEFFICIENTS] };
                 let set = if inside { pass.pack::<1>(i, &coefficients, bits) } else { 0 };
                 if A::WRITES_MASK && !words.is_null() {
                     let word_bits = ballot(ALL_LANES, set != 0);

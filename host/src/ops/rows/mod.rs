@@ -83,6 +83,11 @@ impl RowKernels<'_> {
             RowKernels::Fused { module, name } => module.row_kernel(name, path, pack),
         }
     }
+
+    /// Whether the family has cluster-path kernels (`fused_softmax!` makes none).
+    fn has_clusters(self) -> bool {
+        !matches!(self, RowKernels::Fused { .. })
+    }
 }
 
 /// One launch of a row-wise kernel, before planning.
@@ -210,12 +215,12 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             shared.blocks_per_multiprocessor(block, bytes)
         };
         // Asked only on GPUs with clusters, when a row does not fit one block; a family
-        // without cluster kernels (users' fused ones) resides no clusters.
+        // without cluster kernels resides no clusters.
         let cluster = |cluster: u32, block: u32, bytes: u32| {
-            let kernel = match block_kernel(Path::Cluster { cluster, block, shared_bytes: bytes }) {
-                Err(crate::Error::Unsupported(_)) if matches!(self.kernels, RowKernels::Fused { .. }) => return Ok(0),
-                found => found?,
-            };
+            if !self.kernels.has_clusters() {
+                return Ok(0);
+            }
+            let kernel = block_kernel(Path::Cluster { cluster, block, shared_bytes: bytes })?;
             if block > kernel.max_threads_per_block {
                 return Ok(0);
             }
