@@ -12,7 +12,8 @@ use crate::unroll::{unroll, unrolled_array};
 use core::marker::PhantomData;
 
 /// `N` elements of `T` held as the 32-bit words one access moves. Lanes of 16-bit types
-/// pair up in words (lane `2i` low, `2i+1` high), which is what half2 instructions take.
+/// pair up in words (lane `2i` low, `2i+1` high), which is what half2 instructions take;
+/// 8-bit lanes go four to a word.
 #[derive(Clone, Copy)]
 pub struct Pack<T: Scalar, const N: usize> {
     words: [u32; 4],
@@ -84,9 +85,8 @@ impl<T: Scalar, const N: usize> Pack<T, N> {
         if T::BYTES == 4 {
             self.words[lane] = value.to_bits();
         } else {
-            let shift = 16 * (lane % 2);
-            let word = &mut self.words[lane / 2];
-            *word = (*word & !(0xffff << shift)) | (value.to_bits() << shift);
+            let (word, shift) = (&mut self.words[lane / (4 / T::BYTES)], lane_shift::<T>(lane));
+            *word = (*word & !(lane_mask::<T>() << shift)) | (value.to_bits() << shift);
         }
     }
 
@@ -102,14 +102,27 @@ impl<T: Scalar, const N: usize> Pack<T, N> {
     }
 }
 
-/// Element `lane` of the words one access moved (16-bit lanes pair up in words, low first).
+/// Element `lane` of the words one access moved (narrower lanes share words, low first:
+/// two 16-bit lanes or four 8-bit ones a word).
 #[inline(always)]
 fn lane_of<T: Scalar>(words: &[u32; 4], lane: usize) -> T {
     if T::BYTES == 4 {
         T::from_bits(words[lane])
     } else {
-        T::from_bits((words[lane / 2] >> (16 * (lane % 2))) & 0xffff)
+        T::from_bits((words[lane / (4 / T::BYTES)] >> lane_shift::<T>(lane)) & lane_mask::<T>())
     }
+}
+
+/// Where lane `lane` of a type narrower than a word starts in its word.
+#[inline(always)]
+fn lane_shift<T: Scalar>(lane: usize) -> u32 {
+    (8 * T::BYTES * (lane % (4 / T::BYTES))) as u32
+}
+
+/// The bits of one lane of a type narrower than a word.
+#[inline(always)]
+fn lane_mask<T: Scalar>() -> u32 {
+    (1 << (8 * T::BYTES)) - 1
 }
 
 impl<T: Scalar, const N: usize> Default for Pack<T, N> {

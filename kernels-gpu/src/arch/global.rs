@@ -29,14 +29,14 @@ impl GlobalAddr {
     }
 }
 
-/// Defines a read-only global load of 16, 8, 4 or 2 bytes with the `ld.global.nc`
+/// Defines a read-only global load of 16, 8, 4, 2 or 1 bytes with the `ld.global.nc`
 /// qualifiers `$hint` (empty, or an L1 eviction hint).
 macro_rules! global_nc_load {
     ($(#[$doc:meta])* $name:ident, $hint:literal) => {
         $(#[$doc])*
         ///
         /// # Safety
-        /// `addr` must be valid for reads of `bytes` bytes (16, 8, 4 or 2; a constant after
+        /// `addr` must be valid for reads of `bytes` bytes (16, 8, 4, 2 or 1; a constant after
         /// inlining), aligned to `bytes`, and not written by anyone during the kernel (the
         /// load goes through the read-only path, `.nc`).
         #[inline(always)]
@@ -56,6 +56,12 @@ macro_rules! global_nc_load {
                     2 => {
                         let h: u16;
                         asm!(concat!("ld.global.nc", $hint, ".u16 {h}, [{p}];"), h = out(reg16) h,
+                            p = in(reg64) addr.0, options(pure, readonly, nostack));
+                        w[0] = h as u32;
+                    }
+                    1 => {
+                        let h: u16;
+                        asm!(concat!("ld.global.nc", $hint, ".u8 {h}, [{p}];"), h = out(reg16) h,
                             p = in(reg64) addr.0, options(pure, readonly, nostack));
                         w[0] = h as u32;
                     }

@@ -18,7 +18,7 @@
 //! `math`, which have host versions so the portable math built on them ([`crate::math`],
 //! [`crate::functor`]) runs in CPU unit tests.
 
-/// Defines a store of the first `bytes` bytes of `w` (16, 8, 4 or 2; a constant after
+/// Defines a store of the first `bytes` bytes of `w` (16, 8, 4, 2 or 1; a constant after
 /// inlining) in one access to state space `$space`, at an `$addr` held in `$reg`; here, ahead
 /// of the modules, because `global` and `shared` both use it.
 #[cfg(target_arch = "nvptx64")]
@@ -41,6 +41,8 @@ macro_rules! vector_store {
                     4 => asm!(concat!("st.", $space, ".u32 [{p}], {a};"), p = in($reg) addr.0,
                         a = in(reg32) w[0], options(nostack)),
                     2 => asm!(concat!("st.", $space, ".u16 [{p}], {h};"), p = in($reg) addr.0,
+                        h = in(reg16) w[0] as u16, options(nostack)),
+                    1 => asm!(concat!("st.", $space, ".u8 [{p}], {h};"), p = in($reg) addr.0,
                         h = in(reg16) w[0] as u16, options(nostack)),
                     _ => trap(),
                 }

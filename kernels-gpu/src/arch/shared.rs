@@ -72,7 +72,7 @@ pub fn dynamic_shared<T>() -> *mut T {
     p as *mut T
 }
 
-/// Loads `bytes` bytes (16, 8, 4 or 2; a constant after inlining) of shared memory in one
+/// Loads `bytes` bytes (16, 8, 4, 2 or 1; a constant after inlining) of shared memory in one
 /// access, as words. Not `pure`: shared memory changes under it, so it stays in program
 /// order with the stores.
 ///
@@ -95,6 +95,12 @@ pub unsafe fn load_shared(addr: SharedAddr, bytes: usize) -> [u32; 4] {
             2 => {
                 let h: u16;
                 asm!("ld.shared.u16 {h}, [{p}];", h = out(reg16) h, p = in(reg32) addr.0,
+                    options(readonly, nostack));
+                w[0] = h as u32;
+            }
+            1 => {
+                let h: u16;
+                asm!("ld.shared.u8 {h}, [{p}];", h = out(reg16) h, p = in(reg32) addr.0,
                     options(readonly, nostack));
                 w[0] = h as u32;
             }

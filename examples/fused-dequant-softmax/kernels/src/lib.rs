@@ -42,42 +42,49 @@ mod device {
 
     /// `q * scale[row] + bias[col]` as f32.
     pub struct DequantLoad {
-        logits: u64,
-        cols: u64,
+        logits: DirectLoad<i8>,
         scale: *const f32,
         bias: DirectLoad<bf16>,
     }
 
+    impl DequantLoad {
+        #[inline(always)]
+        fn dequantize<const N: usize>(q: [f32; N], scale: f32, bias: [f32; N]) -> [f32; N] {
+            core::array::from_fn(|j| q[j] * scale + bias[j])
+        }
+    }
+
     impl<const N: usize> Load<N> for DequantLoad {
-        /// The pack's int8 bytes, the row's scale and the columns' bias.
-        type Fetched = ([u32; 2], f32, Pack<bf16, N>);
-        /// New values: the shared path caches f32.
-        type Exact = f32;
+        /// The pack's int8 values, the row's scale and the columns' bias.
+        type Fetched = (Pack<i8, N>, f32, Pack<bf16, N>);
+        /// The source's dtype: the shared path caches the raw int8 row (1 byte a column,
+        /// copied by `cp.async`) and dequantizes it on every read ([`Load::transform`]).
+        type Exact = i8;
 
         #[inline(always)]
-        unsafe fn fetch(&self, row: u64, col: u64) -> Self::Fetched {
-            let at = self.logits + row * self.cols + col;
-            // SAFETY: the host planned packs of N where every pack is N-aligned; the row and
-            // column are inside the arrays the parameters name.
-            unsafe {
-                let bytes = if N == PACK {
-                    let words = load_global_nc(GlobalAddr::from_generic(at), PACK);
-                    [words[0], words[1]]
-                } else {
-                    let mut words = [0u32; 2];
-                    for j in 0..N {
-                        words[j / 4] |= ((at as *const u8).add(j).read() as u32) << (8 * (j % 4));
-                    }
-                    words
-                };
-                (bytes, self.scale.add(row as usize).read(), self.bias.fetch(0, col))
-            }
+        fn source(&self) -> Option<RowMajor<i8>> {
+            Some(self.logits.0)
         }
 
         #[inline(always)]
-        unsafe fn convert(&self, (bytes, scale, bias): Self::Fetched, _row: u64, _col: u64) -> [f32; N] {
-            let bias = bias.to_f32();
-            core::array::from_fn(|j| (((bytes[j / 4] >> (8 * (j % 4))) as u8 as i8) as f32) * scale + bias[j])
+        unsafe fn fetch(&self, row: u64, col: u64) -> Self::Fetched {
+            // SAFETY: the host planned packs of N where every pack is N-aligned; the row and
+            // column are inside the arrays the parameters name.
+            unsafe { (self.logits.fetch(row, col), self.scale.add(row as usize).read(), self.bias.fetch(0, col)) }
+        }
+
+        #[inline(always)]
+        unsafe fn convert(&self, (q, scale, bias): Self::Fetched, _row: u64, _col: u64) -> [f32; N] {
+            Self::dequantize(q.to_f32(), scale, bias.to_f32())
+        }
+
+        #[inline(always)]
+        unsafe fn transform(&self, q: [f32; N], row: u64, col: u64) -> [f32; N] {
+            // SAFETY: as `fetch`.
+            unsafe {
+                let bias: Pack<bf16, N> = self.bias.fetch(0, col);
+                Self::dequantize(q, self.scale.add(row as usize).read(), bias.to_f32())
+            }
         }
     }
 
@@ -88,8 +95,7 @@ mod device {
         // row, hence a row stride of 0).
         unsafe {
             let load = DequantLoad {
-                logits: e.logits,
-                cols: shape.cols,
+                logits: DirectLoad(RowMajor::new(e.logits, shape.cols)),
                 scale: e.scale as *const f32,
                 bias: DirectLoad(RowMajor::new(e.bias, 0)),
             };

@@ -670,7 +670,7 @@ impl<C: Scalar, const P: usize> RowCache<C, P> {
                 unsafe { copy_async(self.at(local, 0), view.at(row, col), Self::ACCESS) };
                 commit_async_copies();
             }),
-            // Single 16-bit elements: copied through registers, still untransformed.
+            // Single 8- or 16-bit elements: copied through registers, still untransformed.
             Some(view) => block_packs_loaded::<P, _>(
                 slice,
                 // SAFETY: the element is inside the row.
