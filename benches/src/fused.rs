@@ -1,26 +1,29 @@
-//! A user's fused kernel (`examples/fused-dequant-softmax`): softmax of dequantized int8
-//! logits (a scale per row, a bf16 bias per column) written as bf16 in one kernel, against
-//! the unfused chain (a dequantize kernel writing bf16, then rill's softmax).
+//! A user's fused kernels (`examples/fused-dequant-softmax`): softmax and RMSNorm of
+//! dequantized int8 logits (a scale per row, a bf16 bias per column) written as bf16 in one
+//! kernel, against the unfused chains (a dequantize kernel writing bf16, then rill's softmax
+//! or RMSNorm).
 //!
-//! Bytes moved: the fused kernel reads the int8 logits and writes bf16 (3 bytes an
-//! element); the chain also writes and re-reads the bf16 logits (7). Each is reported over
+//! Bytes moved: a fused kernel reads the int8 logits and writes bf16 (3 bytes an element);
+//! a chain also writes and re-reads the bf16 logits (7). Each is reported over
 //! its own bytes, against the copy of the bf16 output in the same run; the path column
 //! gives the fused kernel's speed-up over the chain.
 
 use crate::measure::Bench;
 use half::bf16;
 use rill::Tensor;
+use rill::norm::{Forward, Norm, NormKind, NormParts};
 use rill_example_fused_dequant_softmax::DequantKernels;
 use rill_tests::random::Rng;
 
 const SHAPES: &[(usize, usize)] = &[(4096, 32000), (4096, 4096), (32768, 1024)];
 
 pub fn sweep(bench: &mut Bench) -> rill::Result<()> {
-    let ops = ["fused_dequant_softmax", "dequantize_then_softmax"];
+    let ops =
+        ["fused_dequant_softmax", "dequantize_then_softmax", "fused_dequant_rms_norm", "dequantize_then_rms_norm"];
     if !ops.iter().any(|op| bench.wants("fused", op)) || bench.quick {
         return Ok(());
     }
-    bench.plan(SHAPES.len() * 3);
+    bench.plan(SHAPES.len() * 6);
     let kernels = DequantKernels::load(&bench.gpu)?;
     for &(rows, cols) in SHAPES {
         let len = rows * cols;
@@ -50,6 +53,20 @@ pub fn sweep(bench: &mut Bench) -> rill::Result<()> {
         let speedup = format!("{}; {:.2}x the chain", plan.describe(), chain / fused);
         bench.record::<bf16>(ops[0], &shape, &speedup, fused_bytes, fused, Some(copy));
         bench.record::<bf16>(ops[1], &shape, "dequantize, then softmax", chain_bytes, chain, Some(copy));
+
+        let weight = Tensor::from_slice(&bench.gpu, &vec![1.0f32; cols], &[cols])?;
+        let (norm, plan) = bench.time(sets, fused_bytes, |s, i| {
+            let parts = NormParts::new().weight(&weight);
+            kernels.dequant_norm(s, NormKind::RmsNorm, (&qs[i], &scale, &bias), parts, &mut outs[i])
+        })?;
+        let (chain, _) = bench.time(sets, chain_bytes, |s, i| {
+            kernels.dequantize(s, (&qs[i], &scale, &bias), &mut dequantized[i])?;
+            let call = Forward::new(&dequantized[i], &mut outs[i]).weight(&weight);
+            Norm::new().forward(s, NormKind::RmsNorm, 1e-5, call)
+        })?;
+        let speedup = format!("{}; {:.2}x the chain", plan.describe(), chain / norm);
+        bench.record::<bf16>(ops[2], &shape, &speedup, fused_bytes, norm, Some(copy));
+        bench.record::<bf16>(ops[3], &shape, "dequantize, then rms_norm", chain_bytes, chain, Some(copy));
     }
     Ok(())
 }

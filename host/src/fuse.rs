@@ -1,20 +1,23 @@
-//! Users' own fused kernels: PTX a user's crate built with `rill-builder` from rill's row
-//! engine and their own Load/Store functors (`rill_kernels_gpu::fused_softmax!`), run through
-//! rill's planner and launcher.
+//! Users' own fused kernels: PTX a user's crate built with `rill-builder` from rill's bodies
+//! and their own functors (`rill_kernels_gpu::fused_softmax!`, `fused_norm!`,
+//! `fused_elementwise!`), run through rill's planner and launcher.
 //!
-//! [`FusedModule::load`] loads the PTX; [`FusedModule::softmax`] finds a family of kernels by
-//! name and checks the user's parameter struct against the size the kernels were built with
-//! (`<name>_facts` in the PTX); [`FusedSoftmax::run`] plans the path, pack, block and grid as
-//! rill's own softmax does and launches.
+//! [`FusedModule::load`] loads the PTX; [`FusedModule::softmax`], [`FusedModule::norm`] and
+//! [`FusedModule::elementwise`] find a family of kernels by name and check the user's types
+//! against those the kernels were built with (`<name>_facts` in the PTX); their `run` plans
+//! the path, pack, block and grid as rill's own op does and launches.
 
-use crate::Stream;
 use crate::error::{DriverContext, Error, Result, invalid};
 use crate::gpu::Gpu;
 use crate::launch::{LaunchConfig, launch};
 use crate::module::Kernel;
+use crate::norm::{NormKind, NormParts};
+use crate::ops::elementwise::launch_over;
 use crate::ops::rows::{RowCall, RowKernels, rows_cols};
 use crate::softmax::{PathKind, Plan};
-use rill_kernels_gpu::abi::{FusedArgs, FusedFacts};
+use crate::tensor::{AsViewMut, Element, View};
+use crate::{DType, Stream};
+use rill_kernels_gpu::abi::{FusedArgs, FusedFacts, FusedFamily, NormArgs, RowArgs, RowShape};
 use rill_kernels_gpu::table::RowPath;
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
@@ -80,17 +83,34 @@ impl FusedModule {
     /// `InvalidInput` where the module has no such family or `E`'s size is not the one the
     /// kernels were built with.
     pub fn softmax<E: Copy>(&self, name: &str) -> Result<FusedSoftmax<'_, E>> {
-        let facts = self.facts(name)?;
-        if facts.extra_bytes as usize != size_of::<E>() {
+        let facts = self.facts_of::<E>(name, FusedFamily::Softmax)?;
+        Ok(FusedSoftmax { rows: FusedRows::new(self, name, facts), _extra: PhantomData })
+    }
+
+    /// The fused norm kernels `fused_norm!(name, E, ..., G)` made, for parameters `E` and
+    /// weight and bias of `G`; `InvalidInput` where the module has no such family, `E`'s size
+    /// or `G` is not the kernels'.
+    pub fn norm<E: Copy, G: Element>(&self, name: &str) -> Result<FusedNorm<'_, E, G>> {
+        let facts = self.facts_of::<E>(name, FusedFamily::Norm)?;
+        if facts.weight != G::DTYPE.code() {
+            let built = [DType::F32, DType::F16, DType::BF16].into_iter().find(|d| d.code() == facts.weight);
             invalid!(
-                "`{name}`'s kernels take {} bytes of parameters, {} has {}: give the `#[repr(C)]` struct the kernel \
-                 crate passed to `fused_softmax!`",
-                facts.extra_bytes,
-                std::any::type_name::<E>(),
-                size_of::<E>()
+                "`{name}`'s kernels take a weight and bias of {}, not {}: give `FusedModule::norm` the dtype the \
+                 kernel crate passed to `fused_norm!`",
+                built.map_or("another dtype", DType::name),
+                G::DTYPE.name()
             );
         }
-        Ok(FusedSoftmax { module: self, name: name.to_string(), facts, force: None, _extra: PhantomData })
+        Ok(FusedNorm { rows: FusedRows::new(self, name, facts), _types: PhantomData })
+    }
+
+    /// The fused elementwise kernel `fused_elementwise!(name, ...)` made from `I` to `O`;
+    /// `InvalidInput` where the module has no such family, `Unsupported` where it has no
+    /// kernel for these dtypes.
+    pub fn elementwise<I: Element, O: Element>(&self, name: &str) -> Result<FusedElementwise<'_, I, O>> {
+        let facts = self.facts_of::<()>(name, FusedFamily::Elementwise)?;
+        let kernel = self.kernel(&format!("{name}_{}_{}", I::DTYPE.name(), O::DTYPE.name()))?;
+        Ok(FusedElementwise { name: name.to_string(), facts, kernel, _types: PhantomData })
     }
 
     /// Launches the module's kernel `name` as it is, with `params` as its only parameter:
@@ -132,11 +152,29 @@ impl FusedModule {
         Ok(*entry.insert(kernel))
     }
 
+    /// The facts of family `name`, checked to be a `family` whose parameters are `E`.
+    fn facts_of<E>(&self, name: &str, family: FusedFamily) -> Result<FusedFacts> {
+        let facts = self.facts(name)?;
+        if facts.family != family {
+            invalid!("`{name}` is a fused {:?} family, not a {family:?} one", facts.family);
+        }
+        if facts.extra_bytes as usize != size_of::<E>() {
+            invalid!(
+                "`{name}`'s kernels take {} bytes of parameters, {} has {}: give the `#[repr(C)]` struct the kernel \
+                 crate passed to its `fused_*!` macro",
+                facts.extra_bytes,
+                std::any::type_name::<E>(),
+                size_of::<E>()
+            );
+        }
+        Ok(facts)
+    }
+
     /// The global `<name>_facts` the kernels' macro wrote.
     fn facts(&self, name: &str) -> Result<FusedFacts> {
         let symbol = format!("{name}_facts");
         if !self.symbols.contains(&symbol) {
-            invalid!("the fused module has no kernels named `{name}` (no `{symbol}` of fused_softmax!)");
+            invalid!("the fused module has no kernels named `{name}` (no `{symbol}` of a `fused_*!` macro)");
         }
         let global = CString::new(symbol.as_str()).map_err(|_| Error::InvalidInput(format!("{name:?} holds NUL")))?;
         self.gpu.bind()?;
@@ -146,16 +184,26 @@ impl FusedModule {
             .during("cuModuleGetGlobal")?;
         if bytes != size_of::<FusedFacts>() {
             invalid!(
-                "`{symbol}` has {bytes} bytes, not a FusedFacts: build the kernels with this rill's fused_softmax!"
+                "`{symbol}` has {bytes} bytes, not a FusedFacts: build the kernels with this rill's `fused_*!` macros"
             );
         }
-        let mut facts = FusedFacts::default();
-        // SAFETY: copies the global's `size_of::<FusedFacts>()` bytes into `facts`.
+        let mut words = [0u32; size_of::<FusedFacts>() / 4];
+        // SAFETY: copies the global's `size_of::<FusedFacts>()` bytes into `words`, as many.
         unsafe {
-            cust::sys::cuMemcpyDtoH_v2((&mut facts as *mut FusedFacts).cast(), address, bytes)
-                .during("cuMemcpyDtoH")?;
+            cust::sys::cuMemcpyDtoH_v2(words.as_mut_ptr().cast(), address, bytes).during("cuMemcpyDtoH")?;
         }
-        Ok(facts)
+        let [family, extra_bytes, pack, cache_bytes_per_col, weight, inputs, broadcasts_last_input] = words;
+        // The family is read as a word, not copied into the enum: a word no family has would
+        // not be a value of it.
+        let Some(family) = [FusedFamily::Softmax, FusedFamily::Norm, FusedFamily::Elementwise]
+            .into_iter()
+            .find(|f| *f as u32 == family)
+        else {
+            invalid!(
+                "`{symbol}` names no fused family ({family}): build the kernels with this rill's `fused_*!` macros"
+            );
+        };
+        Ok(FusedFacts { family, extra_bytes, pack, cache_bytes_per_col, weight, inputs, broadcasts_last_input })
     }
 }
 
@@ -171,13 +219,50 @@ impl Drop for FusedModule {
     }
 }
 
-/// A family of fused softmax kernels whose functors take `E`.
-pub struct FusedSoftmax<'m, E> {
+/// What every fused row family holds: its module, name and facts, and a forced path.
+struct FusedRows<'m> {
     module: &'m FusedModule,
     name: String,
     facts: FusedFacts,
     force: Option<PathKind>,
+}
+
+impl<'m> FusedRows<'m> {
+    fn new(module: &'m FusedModule, name: &str, facts: FusedFacts) -> Self {
+        FusedRows { module, name: name.to_string(), facts, force: None }
+    }
+
+    /// A call of these kernels over `rows x cols` with `args`, whose functors access
+    /// `arrays` along the rows.
+    fn call<'c, A: RowArgs>(
+        &'c self,
+        stream: &'c Stream,
+        (rows, cols): (usize, usize),
+        arrays: &[RowArray],
+        args: A,
+    ) -> Result<RowCall<'c, A>> {
+        let op = self.name.as_str();
+        rows_cols(op, &[rows, cols])?;
+        let kernels = RowKernels::Fused { module: self.module, name: op };
+        let mut call =
+            RowCall::over(stream, op, kernels, (rows, cols), self.facts.pack as usize, args, self.force, true);
+        call.problem.cache_bytes_per_col = self.facts.cache_bytes_per_col;
+        call.arrays = arrays.iter().map(|a| (a.address, a.element_bytes)).collect();
+        Ok(call)
+    }
+}
+
+/// A family of fused softmax kernels whose functors take `E`.
+pub struct FusedSoftmax<'m, E> {
+    rows: FusedRows<'m>,
     _extra: PhantomData<E>,
+}
+
+/// A family of fused LayerNorm/RMSNorm forward kernels whose functors take `E`, with weight
+/// and bias of `G`.
+pub struct FusedNorm<'m, E, G> {
+    rows: FusedRows<'m>,
+    _types: PhantomData<(E, G)>,
 }
 
 /// An array the kernels' functors read or write along the rows: its address and element
@@ -190,8 +275,9 @@ pub struct RowArray {
 
 impl<E: Copy> FusedSoftmax<'_, E> {
     /// Runs every call on `path` (an error where the shape does not fit it).
-    pub fn forced(self, path: PathKind) -> Self {
-        FusedSoftmax { force: Some(path), ..self }
+    pub fn forced(mut self, path: PathKind) -> Self {
+        self.rows.force = Some(path);
+        self
     }
 
     /// Softmax of the `rows x cols` values the kernels' Load reads, through their Store;
@@ -204,22 +290,103 @@ impl<E: Copy> FusedSoftmax<'_, E> {
     /// `extra` holds what the kernels' functors dereference: arrays of `rows x cols`
     /// elements (`rows` for per-row data, `cols` for per-column), live and not accessed out
     /// of stream order until the kernel has run, at the addresses `arrays` lists.
+    pub unsafe fn run(&self, stream: &Stream, shape: (usize, usize), arrays: &[RowArray], extra: E) -> Result<Plan> {
+        let args = FusedArgs { op: RowShape::default(), extra };
+        self.rows.call(stream, shape, arrays, args)?.run()
+    }
+}
+
+impl<E: Copy, G: Element> FusedNorm<'_, E, G> {
+    /// Runs every call on `path` (an error where the shape does not fit it).
+    pub fn forced(mut self, path: PathKind) -> Self {
+        self.rows.force = Some(path);
+        self
+    }
+
+    /// `kind` over the `rows x cols` values the kernels' Load reads, written through their
+    /// Store, with `parts`' weight, bias and per-row outputs (checked as rill's own norm
+    /// checks them); returns the plan it ran. `arrays` as for [`FusedSoftmax::run`].
+    ///
+    /// ```no_run
+    /// # use rill::fuse::{FusedModule, RowArray};
+    /// # use rill::norm::{NormKind, NormParts};
+    /// # fn main() -> rill::Result<()> {
+    /// # let gpu = rill::Gpu::new(0)?;
+    /// # let stream = gpu.stream()?;
+    /// # const PTX: &str = "";
+    /// // PTX a kernel crate built with `fused_norm!(scaled_norm, Scaled, ScaledLoad, make, 4, f32)`.
+    /// #[repr(C)]
+    /// #[derive(Clone, Copy)]
+    /// struct Scaled { x: u64, y: u64, scale: f32 }
+    /// let module = FusedModule::load(&gpu, PTX)?;
+    /// let fused = module.norm::<Scaled, f32>("scaled_norm")?;
+    /// let x = rill::Tensor::<f32>::zeros(&gpu, &[4, 1000])?;
+    /// let mut y = rill::Tensor::<f32>::zeros(&gpu, &[4, 1000])?;
+    /// let w = rill::Tensor::<f32>::zeros(&gpu, &[1000])?;
+    /// let arrays = [RowArray { address: x.view().address(), element_bytes: 4 },
+    ///               RowArray { address: y.view().address(), element_bytes: 4 }];
+    /// let extra = Scaled { x: x.view().address(), y: y.view().address(), scale: 0.5 };
+    /// // SAFETY: x and y hold 4 x 1000 f32 and live past the stream's work.
+    /// unsafe { fused.run(&stream, NormKind::RmsNorm, 1e-6, (4, 1000), &arrays, NormParts::new().weight(&w), extra)? };
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Safety
+    /// As [`FusedSoftmax::run`].
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn run(
         &self,
         stream: &Stream,
+        kind: NormKind,
+        eps: f32,
         (rows, cols): (usize, usize),
         arrays: &[RowArray],
+        parts: NormParts<'_, G>,
         extra: E,
     ) -> Result<Plan> {
-        let op = self.name.as_str();
-        rows_cols(op, &[rows, cols])?;
-        let kernels = RowKernels::Fused { module: self.module, name: op };
-        let args = FusedArgs { shape: Default::default(), extra };
-        let mut call =
-            RowCall::over(stream, op, kernels, (rows, cols), self.facts.pack as usize, args, self.force, true);
-        call.problem.cache_bytes_per_col = self.facts.cache_bytes_per_col;
-        call.arrays = arrays.iter().map(|a| (a.address, a.element_bytes)).collect();
+        let args = FusedArgs { op: NormArgs { eps, ..NormArgs::default() }, extra };
+        let mut call = self.rows.call(stream, (rows, cols), arrays, args)?;
+        call.column_bytes = parts.fill(&self.rows.name, kind, (rows, cols), &mut call.args.op, &mut call.arrays)?;
         call.run()
+    }
+}
+
+/// A user's elementwise kernel from `I` to `O` (`fused_elementwise!`).
+pub struct FusedElementwise<'m, I, O> {
+    name: String,
+    facts: FusedFacts,
+    kernel: Kernel,
+    _types: PhantomData<(&'m FusedModule, I, O)>,
+}
+
+impl<I: Element, O: Element> FusedElementwise<'_, I, O> {
+    /// `output = functor(inputs...)`, element by element, as rill's elementwise ops run
+    /// (same checks, packs and grid): the inputs as many as the functor takes, of the
+    /// output's shape (a broadcasting functor's last one `[cols]`, the output's last
+    /// dimension). Safe: the functor reads and writes only these views.
+    ///
+    /// ```no_run
+    /// # use rill::fuse::FusedModule;
+    /// # fn main() -> rill::Result<()> {
+    /// # let gpu = rill::Gpu::new(0)?;
+    /// # let stream = gpu.stream()?;
+    /// # const PTX: &str = "";
+    /// // PTX a kernel crate built with `fused_elementwise!(squared_relu, SquaredRelu, 1, (f32 f32))`.
+    /// let module = FusedModule::load(&gpu, PTX)?;
+    /// let x = rill::Tensor::<f32>::zeros(&gpu, &[1024])?;
+    /// let mut y = rill::Tensor::<f32>::zeros(&gpu, &[1024])?;
+    /// module.elementwise::<f32, f32>("squared_relu")?.run(&stream, &[x.view()], &mut y)?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn run(&self, stream: &Stream, inputs: &[View<'_, I>], output: &mut impl AsViewMut<O>) -> Result<()> {
+        let op = self.name.as_str();
+        if inputs.len() != self.facts.inputs as usize {
+            invalid!("`{op}` takes {} inputs; got {}", self.facts.inputs, inputs.len());
+        }
+        let broadcast = self.facts.broadcasts_last_input != 0;
+        launch_over(stream, op, broadcast, |_| Ok(self.kernel), inputs, output)
     }
 }
 

@@ -48,6 +48,12 @@ pub enum DType {
 }
 
 impl DType {
+    /// A code no dtype shares and 0 is not, for facts a PTX global carries
+    /// ([`FusedFacts::weight`]).
+    pub const fn code(self) -> u32 {
+        self as u32 + 1
+    }
+
     /// Bytes per element.
     pub const fn size(self) -> usize {
         match self {
@@ -166,40 +172,91 @@ impl RowShape {
 
 /// Kernel parameter structs that start with a [`RowShape`].
 pub trait RowArgs: Copy {
+    fn shape(&self) -> &RowShape;
     fn shape_mut(&mut self) -> &mut RowShape;
+}
+
+/// Implements [`RowArgs`] for structs whose `shape` field is their [`RowShape`].
+macro_rules! row_args {
+    ($($args:ty),+) => {$(
+        impl RowArgs for $args {
+            fn shape(&self) -> &RowShape {
+                &self.shape
+            }
+            fn shape_mut(&mut self) -> &mut RowShape {
+                &mut self.shape
+            }
+        }
+    )+};
+}
+
+row_args!(SoftmaxArgs, NormArgs);
+
+/// The softmax's own parameters are the view alone.
+impl RowArgs for RowShape {
+    fn shape(&self) -> &RowShape {
+        self
+    }
+    fn shape_mut(&mut self) -> &mut RowShape {
+        self
+    }
 }
 
 /// `target` value whose row is ignored by cross entropy (loss 0, gradient 0), as PyTorch's
 /// default `ignore_index`.
 pub const CROSS_ENTROPY_IGNORE_INDEX: i64 = -100;
 
-/// Parameters of a user's fused row kernel (`fused_softmax!`), passed by value: the view
-/// the host planned, and the user's own `#[repr(C)]` parameters (their arrays' addresses,
-/// scales), whose size the host checks against the kernel's ([`FusedFacts`]).
+/// Parameters of a user's fused row kernel (`fused_softmax!`, `fused_norm!`), passed by
+/// value: the op's own parameters as rill's kernels take them (the view the host planned for
+/// the softmax; [`NormArgs`] for the norms), and the user's own `#[repr(C)]` parameters
+/// (their arrays' addresses, scales), whose size the host checks against the kernel's
+/// ([`FusedFacts`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct FusedArgs<E> {
-    pub shape: RowShape,
+pub struct FusedArgs<E, Op = RowShape> {
+    pub op: Op,
     pub extra: E,
 }
 
-impl<E: Copy> RowArgs for FusedArgs<E> {
+impl<E: Copy, Op: RowArgs> RowArgs for FusedArgs<E, Op> {
+    fn shape(&self) -> &RowShape {
+        self.op.shape()
+    }
     fn shape_mut(&mut self) -> &mut RowShape {
-        &mut self.shape
+        self.op.shape_mut()
     }
 }
 
+/// Which of rill's bodies a user's fused kernels instantiate.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FusedFamily {
+    #[default]
+    Softmax = 1,
+    /// LayerNorm and RMSNorm forward (the kind is a runtime parameter, as rill's own).
+    Norm = 2,
+    Elementwise = 3,
+}
+
 /// What a user's fused kernels tell the host, as the global `<name>_facts` of their PTX:
-/// written by `fused_softmax!` from the types themselves, so the host restates nothing.
+/// written by the `fused_*!` macros from the types themselves, so the host restates
+/// nothing.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FusedFacts {
-    /// Bytes of the user's parameter struct.
+    pub family: FusedFamily,
+    /// Bytes of the user's parameter struct (0 for elementwise functors, which have none).
     pub extra_bytes: u32,
     /// Elements of the widest pack the kernels load (pack 1 kernels exist beside them).
     pub pack: u32,
     /// Bytes per column the shared path caches a row in (the load's exact dtype).
     pub cache_bytes_per_col: u32,
+    /// The norms' weight and bias dtype ([`DType::code`]); 0 elsewhere.
+    pub weight: u32,
+    /// The elementwise functor's inputs.
+    pub inputs: u32,
+    /// Whether the elementwise functor's last input is a row broadcast along rows.
+    pub broadcasts_last_input: u32,
 }
 
 /// Parameters of every softmax-family kernel, passed by value.
@@ -223,12 +280,6 @@ pub struct SoftmaxArgs {
     pub scale: f32,
     /// 1 for log-softmax.
     pub log: u32,
-}
-
-impl RowArgs for SoftmaxArgs {
-    fn shape_mut(&mut self) -> &mut RowShape {
-        &mut self.shape
-    }
 }
 
 /// Parameters of the LayerNorm and RMSNorm row kernels (forward, residual-add forward,
@@ -258,12 +309,6 @@ pub struct NormArgs {
     /// 1 for RMSNorm.
     pub rms: u32,
     pub reserved: u32,
-}
-
-impl RowArgs for NormArgs {
-    fn shape_mut(&mut self) -> &mut RowShape {
-        &mut self.shape
-    }
 }
 
 /// Warps per block of the column sums' stage 1 (the norms' parameter gradients), each lane

@@ -1,7 +1,7 @@
 //! The exported kernels, one entry point per kernel of the table in [`crate::table`].
 //! Nothing else in the crate is `extern "ptx-kernel"`.
 
-#[cfg(feature = "elementwise")]
+#[cfg(all(feature = "elementwise", not(feature = "fuse")))]
 mod elementwise {
     use crate::abi::ElementwiseArgs;
     use crate::functor::*;
@@ -43,7 +43,7 @@ macro_rules! softmax_entries {
 }
 
 /// The norm row-kernel entry points of `(Kind kind Path path x y param pack)` entries.
-#[cfg(feature = "norm")]
+#[cfg(all(feature = "norm", not(feature = "fuse")))]
 macro_rules! norm_entries {
     ($(($K:ident $kind:ident $P:ident $path:ident $x:ident $y:ident $param:ident $pack:literal))*) => {
         $(const _: () = {
@@ -61,7 +61,7 @@ macro_rules! norm_entries {
 #[cfg(all(feature = "softmax", not(any(feature = "cluster", feature = "fuse"))))]
 crate::softmax_kernels!(main softmax_entries);
 
-#[cfg(all(feature = "norm", not(feature = "cluster")))]
+#[cfg(all(feature = "norm", not(any(feature = "cluster", feature = "fuse"))))]
 mod norm {
     use crate::abi::NormParamGradArgs;
     #[allow(unused_imports)]

@@ -2,10 +2,12 @@
 //!
 //! A user's crate depends on this one with the `fuse` feature, writes a [`Load`] (what a
 //! row's elements are: a dequantization, a bias, a mask) and a [`Store`] (where the
-//! outputs go), and instantiates rill's row engine for them with [`fused_softmax!`]: one
-//! entry point per path and pack the host's planner may choose, and a `<name>_facts`
-//! global the host reads ([`FusedFacts`](crate::abi::FusedFacts)). The host crate loads the
-//! PTX (`rill::fuse`) and runs it through the same planner and launcher as rill's softmax.
+//! outputs go), and instantiates rill's row engine for them with [`fused_softmax!`] or
+//! [`fused_norm!`] (LayerNorm and RMSNorm forward): one entry point per path and pack the
+//! host's planner may choose, and a `<name>_facts` global the host reads
+//! ([`FusedFacts`](crate::abi::FusedFacts)). An elementwise [`Functor`] instantiates rill's
+//! elementwise body with [`fused_elementwise!`]. The host crate loads the PTX
+//! (`rill::fuse`) and runs it through the same planner and launcher as rill's own ops.
 //!
 //! ```ignore
 //! #![cfg_attr(target_arch = "nvptx64", no_std)]
@@ -29,8 +31,9 @@
 //! }
 //! ```
 
-pub use crate::abi::{FusedArgs, FusedFacts, RowShape};
+pub use crate::abi::{DType, ElementwiseArgs, FusedArgs, FusedFacts, FusedFamily, NormArgs, RowArgs, RowShape};
 pub use crate::arch::{GlobalAddr, load_global_nc};
+pub use crate::functor::Functor;
 pub use crate::pack::{DirectLoad, DirectStore, Load, LoadOne, Pack, RowMajor, Store, StoreOne};
 pub use crate::scalar::{Scalar, bf16};
 pub use crate::table::RowPath;
@@ -67,6 +70,35 @@ where
     unsafe { crate::ops::softmax::fused::<L, S, P, PATH>(shape, load, store) }
 }
 
+/// LayerNorm or RMSNorm (as `args.rms` says) of the rows `load` reads, written through
+/// `store`: rill's norm forward on `PATH` at packs of `P`, with `args`' weight and bias (of
+/// `G`), `eps` and per-row outputs.
+///
+/// # Safety
+/// As [`softmax`], and `args` as the host's norm validated it (the entries `fused_norm!`
+/// makes get it so; rows are always aligned, never phased).
+#[inline(always)]
+pub unsafe fn norm<L, S, G: Scalar, const P: usize, const PATH: RowPath>(args: &NormArgs, load: &L, store: &S)
+where
+    L: Load<P> + LoadOne,
+    S: Store<P> + StoreOne + Copy,
+{
+    // SAFETY: forwarded to the caller.
+    unsafe { crate::ops::norm::fused::<L, S, G, P, PATH>(args, load, store) }
+}
+
+/// Runs elementwise functor `F` over `args` (`K` inputs of `I`, an output of `O`): rill's
+/// elementwise body, at the pack the host chose.
+///
+/// # Safety
+/// `args` as the host's elementwise launcher validated it (the entries
+/// `fused_elementwise!` makes get it so).
+#[inline(always)]
+pub unsafe fn elementwise<F: Functor<K>, I: Scalar, O: Scalar, const K: usize>(args: &ElementwiseArgs) {
+    // SAFETY: forwarded to the caller.
+    unsafe { crate::ops::elementwise::run::<F, I, O, K>(args) }
+}
+
 /// Instantiates rill's softmax for a user's functors: `fused_softmax!(name, Extra, Load,
 /// make, pack)` exports `name_<Path>_p<pack>` and `name_<Path>_p1` on every non-cluster
 /// path (and the phased block paths at `pack`), each taking a
@@ -78,35 +110,102 @@ where
 #[macro_export]
 macro_rules! fused_softmax {
     ($name:ident, $extra:ty, $load:ty, $make:ident, $pack:literal) => {
-        $crate::fused_softmax!(@entries $name, $extra, $make, $pack,
+        $crate::fused_rows!(@entries $name, $crate::abi::FusedArgs<$extra>, $make, $pack, (softmax),
             [Warp8 Warp16 Warp24 Warp32 Shared Uncached], [SharedPhased UncachedPhased]);
+        $crate::fused_rows!(@facts $name, Softmax, $extra, $load, $pack);
+    };
+}
+
+/// Instantiates rill's LayerNorm and RMSNorm forward for a user's functors:
+/// `fused_norm!(name, Extra, Load, make, pack, Weight)` exports `name_<Path>_p<pack>` and
+/// `name_<Path>_p1` on every non-cluster path, each taking a
+/// [`FusedArgs<Extra, NormArgs>`](crate::abi::FusedArgs) (rill's norm parameters: the
+/// kind, `eps`, the weight and bias of dtype `Weight`, the per-row mean and rstd), and the
+/// global `name_facts`. `make` is as for [`fused_softmax!`]: one `make` serves both.
+#[macro_export]
+macro_rules! fused_norm {
+    ($name:ident, $extra:ty, $load:ty, $make:ident, $pack:literal, $weight:ident) => {
+        $crate::fused_rows!(@entries $name, $crate::abi::FusedArgs<$extra, $crate::abi::NormArgs>, $make, $pack,
+            (norm, $weight), [Warp8 Warp16 Warp24 Warp32 Shared Uncached], []);
+        $crate::fused_rows!(@facts $name, Norm, $extra, $load, $pack, $weight);
+    };
+}
+
+/// The entry points and facts of [`fused_softmax!`] and [`fused_norm!`].
+#[doc(hidden)]
+#[macro_export]
+macro_rules! fused_rows {
+    (@entries $name:ident, $args:ty, $make:ident, $pack:literal, $body:tt,
+     [$($path:ident)*], [$($phased:ident)*]) => {
+        $($crate::fused_rows!(@entry $name, $args, $make, $path, $pack, $body);
+          $crate::fused_rows!(@entry $name, $args, $make, $path, 1, $body);)*
+        $($crate::fused_rows!(@entry $name, $args, $make, $phased, $pack, $body);)*
+    };
+    (@entry $name:ident, $args:ty, $make:ident, $path:ident, $pack:literal, ($body:ident $(, $weight:ident)?)) => {
+        const _: () = {
+            #[unsafe(export_name = concat!(stringify!($name), "_", stringify!($path), "_p", stringify!($pack)))]
+            unsafe extern "ptx-kernel" fn entry(args: $args) {
+                const PATH: $crate::table::RowPath = $crate::table::RowPath::$path;
+                // SAFETY: the host planned this launch for PATH and the pack, and the user's
+                // `make` is trusted with the parameters it was given.
+                #[allow(unused_imports)]
+                use $crate::scalar::bf16;
+                unsafe {
+                    let (load, store) = $make::<PATH>($crate::abi::RowArgs::shape(&args), &args.extra);
+                    $crate::fuse::$body::<_, _, $($weight,)? $pack, PATH>(&args.op, &load, &store);
+                }
+            }
+        };
+    };
+    (@facts $name:ident, $family:ident, $extra:ty, $load:ty, $pack:literal $(, $weight:ident)?) => {
+        const _: () = {
+            #[allow(unused_imports)]
+            use $crate::scalar::bf16;
+            #[used]
+            #[unsafe(export_name = concat!(stringify!($name), "_facts"))]
+            static FACTS: $crate::abi::FusedFacts = $crate::abi::FusedFacts {
+                family: $crate::abi::FusedFamily::$family,
+                extra_bytes: ::core::mem::size_of::<$extra>() as u32,
+                pack: $pack,
+                cache_bytes_per_col: ::core::mem::size_of::<<$load as $crate::pack::Load<$pack>>::Exact>() as u32,
+                weight: 0 $(+ <$weight as $crate::scalar::Scalar>::DTYPE.code())?,
+                inputs: 0,
+                broadcasts_last_input: 0,
+            };
+        };
+    };
+}
+
+/// Instantiates rill's elementwise body for a user's [`Functor`]:
+/// `fused_elementwise!(name, Functor, inputs, (f32 f32) (bf16 bf16) ...)` exports
+/// `name_<input>_<output>` for each dtype pair (`f32`, `f16`, `bf16`), each taking an
+/// [`ElementwiseArgs`], and the global `name_facts`. A functor has no parameters of its own:
+/// its constants are its code.
+#[macro_export]
+macro_rules! fused_elementwise {
+    ($name:ident, $functor:ty, $inputs:literal, $(($input:ident $output:ident))+) => {
+        $(const _: () = {
+            #[unsafe(export_name = concat!(stringify!($name), "_", stringify!($input), "_", stringify!($output)))]
+            unsafe extern "ptx-kernel" fn entry(args: $crate::abi::ElementwiseArgs) {
+                #[allow(unused_imports)]
+                use $crate::scalar::bf16;
+                // SAFETY: the host validated `args` for this entry's dtypes and the functor's
+                // inputs.
+                unsafe { $crate::fuse::elementwise::<$functor, $input, $output, $inputs>(&args) }
+            }
+        };)+
         const _: () = {
             #[used]
             #[unsafe(export_name = concat!(stringify!($name), "_facts"))]
             static FACTS: $crate::abi::FusedFacts = $crate::abi::FusedFacts {
-                extra_bytes: ::core::mem::size_of::<$extra>() as u32,
-                pack: $pack,
-                cache_bytes_per_col: ::core::mem::size_of::<<$load as $crate::pack::Load<$pack>>::Exact>() as u32,
+                family: $crate::abi::FusedFamily::Elementwise,
+                extra_bytes: 0,
+                pack: 0,
+                cache_bytes_per_col: 0,
+                weight: 0,
+                inputs: $inputs,
+                broadcasts_last_input: <$functor as $crate::functor::Functor<$inputs>>::BROADCASTS_LAST_INPUT as u32,
             };
-        };
-    };
-    (@entries $name:ident, $extra:ty, $make:ident, $pack:literal, [$($path:ident)*], [$($phased:ident)*]) => {
-        $($crate::fused_softmax!(@entry $name, $extra, $make, $path, $pack);
-          $crate::fused_softmax!(@entry $name, $extra, $make, $path, 1);)*
-        $($crate::fused_softmax!(@entry $name, $extra, $make, $phased, $pack);)*
-    };
-    (@entry $name:ident, $extra:ty, $make:ident, $path:ident, $pack:literal) => {
-        const _: () = {
-            #[unsafe(export_name = concat!(stringify!($name), "_", stringify!($path), "_p", stringify!($pack)))]
-            unsafe extern "ptx-kernel" fn entry(args: $crate::abi::FusedArgs<$extra>) {
-                const PATH: $crate::table::RowPath = $crate::table::RowPath::$path;
-                // SAFETY: the host planned this launch for PATH and the pack, and the user's
-                // `make` is trusted with the parameters it was given.
-                unsafe {
-                    let (load, store) = $make::<PATH>(&args.shape, &args.extra);
-                    $crate::fuse::softmax::<_, _, $pack, PATH>(&args.shape, &load, &store);
-                }
-            }
         };
     };
 }

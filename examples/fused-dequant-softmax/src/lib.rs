@@ -1,11 +1,14 @@
 //! The host side of a user's fused kernel: `softmax(q * scale[row] + bias)` from int8
 //! logits to bf16 probabilities in one launch, through rill's planner and launcher; and the
 //! unfused chain it replaces (dequantize to bf16, then rill's softmax), for the benchmark.
+//! The same dequantization fused into LayerNorm and RMSNorm, and a user's elementwise
+//! functor (squared ReLU).
 
 use half::bf16;
 use rill::fuse::{FusedModule, FusedSoftmax, RowArray};
+use rill::norm::{NormKind, NormParts};
 use rill::softmax::{PathKind, Plan};
-use rill::{AsView, AsViewMut, Gpu, LaunchConfig, Result, Stream, ViewMut};
+use rill::{AsView, AsViewMut, Element, Gpu, LaunchConfig, Result, Stream, View, ViewMut};
 pub use rill_example_dequant_kernels::{Dequant, Dequantize, PACK};
 
 /// The example's PTX, built from `kernels/` by `build.rs`.
@@ -45,14 +48,40 @@ impl DequantKernels {
         out: &mut impl AsViewMut<bf16>,
     ) -> Result<Plan> {
         let (arrays, rows, cols) = checked(logits, scale, bias, out)?;
-        let along_rows = [
-            RowArray { address: arrays.logits, element_bytes: 1 },
-            RowArray { address: arrays.bias, element_bytes: 2 },
-            RowArray { address: arrays.out, element_bytes: 2 },
-        ];
         // SAFETY: `checked` matched every array to the view and its element alignment; the
         // views borrow them for the call, and the kernel runs in stream order.
-        unsafe { self.fused()?.run(stream, (rows, cols), &along_rows, arrays) }
+        unsafe { self.fused()?.run(stream, (rows, cols), &along_rows(&arrays), arrays) }
+    }
+
+    /// `out = kind(logits * scale[row] + bias) * weight (+ norm_bias)` over the last axis, in
+    /// one kernel: `parts` holds the norm's f32 weight and bias and the per-row outputs.
+    pub fn dequant_norm(
+        &self,
+        stream: &Stream,
+        kind: NormKind,
+        (logits, scale, bias): (&impl AsView<i8>, &impl AsView<f32>, &impl AsView<bf16>),
+        parts: NormParts<'_, f32>,
+        out: &mut impl AsViewMut<bf16>,
+    ) -> Result<Plan> {
+        let (arrays, rows, cols) = checked(logits, scale, bias, out)?;
+        let mut fused = self.module.norm::<Dequant, f32>("dequant_norm")?;
+        if let Some(path) = self.force {
+            fused = fused.forced(path);
+        }
+        // SAFETY: as in `dequant_softmax`.
+        unsafe { fused.run(stream, kind, 1e-5, (rows, cols), &along_rows(&arrays), parts, arrays) }
+    }
+
+    /// `y = max(x, 0)^2`, the user's own elementwise functor (f32 or bf16 in; the input's
+    /// dtype or, from f32, bf16 out).
+    pub fn squared_relu<I: Element, O: Element>(
+        &self,
+        stream: &Stream,
+        x: &impl AsView<I>,
+        y: &mut impl AsViewMut<O>,
+    ) -> Result<()> {
+        let x: View<'_, I> = x.as_view();
+        self.module.elementwise::<I, O>("squared_relu")?.run(stream, &[x], y)
     }
 
     /// The unfused chain: `dequantized = logits * scale[row] + bias` as bf16 (a kernel of
@@ -60,10 +89,21 @@ impl DequantKernels {
     pub fn dequantize_then_softmax(
         &self,
         stream: &Stream,
-        (logits, scale, bias): (&impl AsView<i8>, &impl AsView<f32>, &impl AsView<bf16>),
+        inputs: (&impl AsView<i8>, &impl AsView<f32>, &impl AsView<bf16>),
         dequantized: &mut impl AsViewMut<bf16>,
         out: &mut impl AsViewMut<bf16>,
     ) -> Result<Plan> {
+        self.dequantize(stream, inputs, dequantized)?;
+        rill::softmax::softmax(stream, &dequantized.as_view_mut(), out)
+    }
+
+    /// The unfused chain's first kernel: `dequantized = logits * scale[row] + bias` as bf16.
+    pub fn dequantize(
+        &self,
+        stream: &Stream,
+        (logits, scale, bias): (&impl AsView<i8>, &impl AsView<f32>, &impl AsView<bf16>),
+        dequantized: &mut impl AsViewMut<bf16>,
+    ) -> Result<()> {
         let (arrays, rows, cols) = checked(logits, scale, bias, dequantized)?;
         if cols % PACK != 0 || [arrays.logits, arrays.bias / 2, arrays.out / 2].iter().any(|a| a % PACK as u64 != 0) {
             return Err(rill::Error::Unsupported(format!(
@@ -73,9 +113,17 @@ impl DequantKernels {
         let config = LaunchConfig { grid: rows.min(65535) as u32, block: 256, shared_bytes: 0, cluster: 1 };
         let params = Dequantize { arrays, rows: rows as u64, cols: cols as u64 };
         // SAFETY: as in `dequant_softmax`, and the pack alignment the kernel needs is checked.
-        unsafe { self.module.launch(stream, "dequantize", config, &params)? };
-        rill::softmax::softmax(stream, &dequantized.as_view_mut(), out)
+        unsafe { self.module.launch(stream, "dequantize", config, &params) }
     }
+}
+
+/// The arrays the fused kernels access in packs along the rows.
+fn along_rows(arrays: &Dequant) -> [RowArray; 3] {
+    [
+        RowArray { address: arrays.logits, element_bytes: 1 },
+        RowArray { address: arrays.bias, element_bytes: 2 },
+        RowArray { address: arrays.out, element_bytes: 2 },
+    ]
 }
 
 /// The device addresses, rows and columns of a call whose arrays all match: logits and

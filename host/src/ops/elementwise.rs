@@ -7,7 +7,7 @@
 use crate::Stream;
 use crate::error::{Error, Result, invalid};
 use crate::launch::{LaunchConfig, launch};
-use crate::module::KernelKey;
+use crate::module::{Kernel, KernelKey};
 use crate::tensor::{AsView, AsViewMut, DType, Element, View};
 use rill_kernels_gpu::abi::{
     ELEMENTWISE_BLOCK_SIZE, ELEMENTWISE_MAX_INPUTS, ELEMENTWISE_PACKS_PER_THREAD, ElementwiseArgs, max_pack,
@@ -62,10 +62,25 @@ fn run<I: Element, O: Element>(
     output: &mut impl AsViewMut<O>,
 ) -> Result<()> {
     let key = kernel_key(op, I::DTYPE, O::DTYPE)?;
+    debug_assert!(inputs.len() == op.arity());
     let broadcast = op == ElementwiseOp::BiasAddGelu;
+    launch_over(stream, op.name(), broadcast, |gpu| gpu.modules().kernel(key), inputs, output)
+}
+
+/// Validates `inputs` and `output` for an elementwise kernel (`broadcast`: its last input
+/// is a row vector as long as the output's trailing dimension), then launches the kernel
+/// `kernel` gives: rill's own, or a user's (`crate::fuse`). `inputs` are as many as the
+/// kernel takes (the caller checks).
+pub(crate) fn launch_over<I: Element, O: Element>(
+    stream: &Stream,
+    op: &str,
+    broadcast: bool,
+    kernel: impl FnOnce(&crate::Gpu) -> Result<Kernel>,
+    inputs: &[View<'_, I>],
+    output: &mut impl AsViewMut<O>,
+) -> Result<()> {
+    debug_assert!(inputs.len() <= ELEMENTWISE_MAX_INPUTS);
     let output = output.as_view_mut();
-    debug_assert!(inputs.len() == op.arity() && inputs.len() <= ELEMENTWISE_MAX_INPUTS);
-    let op = op.name();
     let (same_shape, broadcast_input) = if broadcast { inputs.split_at(inputs.len() - 1) } else { (inputs, &[][..]) };
     let shape = output.shape();
     if let Some((k, input)) = same_shape.iter().enumerate().find(|(_, input)| input.shape() != shape) {
@@ -101,11 +116,11 @@ fn run<I: Element, O: Element>(
     };
     let gpu = stream.gpu();
     gpu.bind()?;
-    let kernel = gpu.modules().kernel(key)?;
+    let kernel = kernel(gpu)?;
     let config = launch_config(output.len(), pack, gpu.info());
-    // SAFETY: the kernel of `key` takes ElementwiseArgs with these dtypes; every input has the
-    // output's length (the bias `broadcast_len`), all views borrow live allocations, and
-    // `pack` divides every address's alignment and the broadcast length.
+    // SAFETY: the kernel takes ElementwiseArgs with these dtypes (the caller's choice); every
+    // input has the output's length (the bias `broadcast_len`), all views borrow live
+    // allocations, and `pack` divides every address's alignment and the broadcast length.
     unsafe { launch(stream, kernel, config, &args) }
 }
 

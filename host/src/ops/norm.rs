@@ -265,6 +265,99 @@ impl<'a, T: Element, P> Backward<'a, T, P> {
     }
 }
 
+/// A forward's parts beside its rows: the weight and bias, and the per-row outputs. A user's
+/// fused norm (`rill::fuse::FusedNorm`) takes them alone, as its own functors read and
+/// write the rows.
+///
+/// ```no_run
+/// # use rill::{Tensor, norm::NormParts};
+/// # fn demo(w: &Tensor<f32>, rstd: &mut Tensor<f32>) {
+/// let parts = NormParts::new().weight(w).save_rstd(rstd);
+/// # }
+/// ```
+pub struct NormParts<'a, G> {
+    params: Params<'a, G>,
+    mean: Option<ViewMut<'a, f32>>,
+    rstd: Option<ViewMut<'a, f32>>,
+}
+
+impl<G> Default for NormParts<'_, G> {
+    fn default() -> Self {
+        NormParts { params: Params { weight: None, bias: None }, mean: None, rstd: None }
+    }
+}
+
+impl<'a, G: Element> NormParts<'a, G> {
+    /// No weight, bias or per-row output.
+    pub fn new() -> Self {
+        NormParts::default()
+    }
+
+    /// The per-column scale (gamma), `[cols]` of `G`.
+    pub fn weight(mut self, weight: &'a impl AsView<G>) -> Self {
+        self.params.weight = Some(weight.as_view());
+        self
+    }
+
+    /// The per-column shift (beta, LayerNorm only), `[cols]` of `G`.
+    pub fn bias(mut self, bias: &'a impl AsView<G>) -> Self {
+        self.params.bias = Some(bias.as_view());
+        self
+    }
+
+    /// Writes each row's mean (LayerNorm only), f32, `rows` of them.
+    pub fn save_mean(mut self, mean: &'a mut impl AsViewMut<f32>) -> Self {
+        self.mean = Some(mean.as_view_mut());
+        self
+    }
+
+    /// Writes each row's `rstd`, f32, `rows` of them.
+    pub fn save_rstd(mut self, rstd: &'a mut impl AsViewMut<f32>) -> Self {
+        self.rstd = Some(rstd.as_view_mut());
+        self
+    }
+
+    /// Checks these parts against a forward of `kind` over `rows x cols`, and writes them
+    /// into `args` (with `1 / cols`) and their per-column arrays into `arrays`; returns the
+    /// bytes of weight and bias every row reads.
+    pub(crate) fn fill(
+        &self,
+        op: &str,
+        kind: NormKind,
+        (rows, cols): (usize, usize),
+        args: &mut NormArgs,
+        arrays: &mut Vec<(u64, usize)>,
+    ) -> Result<u32> {
+        let Params { weight, bias } = &self.params;
+        if !(args.eps.is_finite() && args.eps >= 0.0) {
+            invalid!("`{op}`: eps must be finite and not negative; got {}", args.eps);
+        }
+        args.rms = (kind == NormKind::RmsNorm) as u32;
+        args.inv_cols = (1.0 / cols as f64) as f32;
+        if let Some(weight) = weight {
+            args.gamma = column(op, "the weight", weight, cols)?;
+            arrays.push((args.gamma, size_of::<G>()));
+        }
+        if let Some(bias) = bias {
+            if kind == NormKind::RmsNorm {
+                invalid!("`{op}` has no bias; drop it (RMSNorm only scales)");
+            }
+            args.beta = column(op, "the bias", bias, cols)?;
+            arrays.push((args.beta, size_of::<G>()));
+        }
+        if let Some(mean) = &self.mean {
+            if kind == NormKind::RmsNorm {
+                invalid!("`{op}` computes no mean; save only rstd");
+            }
+            args.mean = per_row(op, "the mean", mean, rows)?;
+        }
+        if let Some(rstd) = &self.rstd {
+            args.rstd = per_row(op, "rstd", rstd, rows)?;
+        }
+        Ok(column_bytes(weight, bias))
+    }
+}
+
 /// Norms with a choice of implementation: [`Norm::new`] lets the dispatcher choose.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Norm {
@@ -352,19 +445,10 @@ impl Norm {
         };
         let kernel_kind = if call.residual.is_some() { NormKernelKind::AddForward } else { NormKernelKind::Forward };
         let dtypes = (T::DTYPE, U::DTYPE, G::DTYPE);
-        let args = NormArgs {
-            input: call.x.address(),
-            output: call.y.address(),
-            eps,
-            rms: (kind == NormKind::RmsNorm) as u32,
-            ..NormArgs::default()
-        };
+        let args = NormArgs { input: call.x.address(), output: call.y.address(), eps, ..NormArgs::default() };
         let kernels = RowKernels::Norm { kind: kernel_kind, dtypes };
         let mut row = RowCall::new(stream, op, kernels, &call.x, args, self.force, !self.plan_only)?;
         let (rows, cols) = (row.problem.rows, row.problem.cols);
-        if !(eps.is_finite() && eps >= 0.0) {
-            invalid!("`{op}`: eps must be finite and not negative; got {eps}");
-        }
         same_shape(op, "the output", call.y.shape(), call.x.shape())?;
         if !has_kernels(kernel_kind, dtypes) {
             return Err(Error::Unsupported(format!(
@@ -377,7 +461,6 @@ impl Norm {
         }
         row.widest = max_pack(size_of::<T>(), size_of::<U>());
         row.arrays.push((call.y.address(), size_of::<U>()));
-        row.args.inv_cols = (1.0 / cols as f64) as f32;
         if let Some((residual, sum)) = &call.residual {
             same_shape(op, "the residual", residual.shape(), call.x.shape())?;
             same_shape(op, "the sum", sum.shape(), call.x.shape())?;
@@ -385,30 +468,11 @@ impl Norm {
             row.args.second = residual.address();
             row.args.sum = sum.address();
         }
-        if let Some(weight) = &weight {
-            row.args.gamma = column(op, "the weight", weight, cols)?;
-            row.arrays.push((row.args.gamma, size_of::<G>()));
-        }
-        if let Some(bias) = &bias {
-            if kind == NormKind::RmsNorm {
-                invalid!("`{op}` has no bias; drop it (RMSNorm only scales)");
-            }
-            row.args.beta = column(op, "the bias", bias, cols)?;
-            row.arrays.push((row.args.beta, size_of::<G>()));
-        }
-        if let Some(mean) = &call.mean {
-            if kind == NormKind::RmsNorm {
-                invalid!("`{op}` computes no mean; save only rstd");
-            }
-            row.args.mean = per_row(op, "the mean", mean, rows)?;
-        }
-        if let Some(rstd) = &call.rstd {
-            row.args.rstd = per_row(op, "rstd", rstd, rows)?;
-        }
+        let parts = NormParts { params: Params { weight, bias }, mean: call.mean, rstd: call.rstd };
         // The shared path caches x as its own dtype, as the call's default has it (a residual
         // sum is rounded to it); the norm kernels have no unaligned edges (gamma and beta are
         // per column), so rows never run from their heads.
-        row.column_bytes = column_bytes(&weight, &bias);
+        row.column_bytes = parts.fill(op, kind, (rows, cols), &mut row.args, &mut row.arrays)?;
         // The residual add fills its cache through registers (it also writes the sum);
         // measured, it gains more from L1 for gamma and beta than from resident blocks.
         row.columns_before_blocks = call.residual.is_some();

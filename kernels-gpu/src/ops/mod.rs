@@ -6,6 +6,7 @@
 mod rows;
 
 #[cfg(feature = "elementwise")]
+#[cfg_attr(feature = "fuse", allow(dead_code))]
 pub mod elementwise;
 
 // A user's kernel crate (`fuse`) takes the softmax body alone, through `crate::fuse`.
@@ -16,11 +17,12 @@ pub mod softmax;
 // The cluster module instantiates the row kernels only, not the parameter gradients;
 // BatchNorm folds its column sums in its own finalize, not through the column totals.
 #[cfg(any(feature = "norm", feature = "batch_norm"))]
-#[cfg_attr(any(feature = "cluster", not(feature = "norm")), allow(dead_code))]
+#[cfg_attr(any(feature = "cluster", feature = "fuse", not(feature = "norm")), allow(dead_code))]
 mod columns;
 
+// A user's kernel crate (`fuse`) takes the forward body alone, through `crate::fuse`.
 #[cfg(feature = "norm")]
-#[cfg_attr(feature = "cluster", allow(dead_code, unused_imports))]
+#[cfg_attr(any(feature = "cluster", feature = "fuse"), allow(dead_code, unused_imports))]
 pub mod norm;
 
 #[cfg(feature = "norm_ladder")]

@@ -18,6 +18,8 @@ use super::rows::backward::{BackwardRows, RowGradient};
 use super::rows::forward::{Accumulate, ForwardRows, RowForward, RowPass};
 use crate::abi::{NormArgs, NormParamGradArgs};
 use crate::arch::{GlobalAddr, load_global_nc, rcp, rsqrt};
+#[cfg(feature = "fuse")]
+use crate::pack::StoreOne;
 use crate::pack::{ColumnLoad, ColumnWords, DirectLoad, DirectStore, Load, LoadOne, Pack, RowMajor, Store, StreamLoad};
 use crate::reduce::Sum;
 use crate::scalar::Scalar;
@@ -294,6 +296,25 @@ pub unsafe fn forward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PAT
         let output = DirectStore(view::<U>(args.output, args.shape.cols));
         let op = Forward::<G>::new(args, T::BYTES == 4);
         ForwardRows::<_, _, _, P> { op: &op, load: &load, outputs: &output, shape: &args.shape }.run::<PATH>();
+    }
+}
+
+/// The forward on `PATH` at packs of `P` through a user's functors ([`crate::fuse::norm`]),
+/// gamma and beta of `G`.
+///
+/// # Safety
+/// As [`crate::fuse::norm`].
+#[cfg(feature = "fuse")]
+#[inline(always)]
+pub unsafe fn fused<L, S, G: Scalar, const P: usize, const PATH: RowPath>(args: &NormArgs, load: &L, store: &S)
+where
+    L: Load<P> + LoadOne,
+    S: Store<P> + StoreOne + Copy,
+{
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        let op = Forward::<G>::new(args, <L::Exact as Scalar>::BYTES == 4);
+        ForwardRows::<_, _, _, P> { op: &op, load, outputs: store, shape: &args.shape }.run::<PATH>();
     }
 }
 

@@ -3,7 +3,10 @@
 //!
 //! What a user writes: the parameters (shared with the host), a Load functor that
 //! dequantizes as it reads, and one `fused_softmax!` line; rill's row engine does the rest
-//! on every path. Plus, for the benchmark's unfused chain, a plain dequantize kernel.
+//! on every path. The same functors go into rill's norms (`fused_norm!`), and an
+//! elementwise functor of the user's own into rill's elementwise body
+//! (`fused_elementwise!`). Plus, for the benchmark's unfused chain, a plain dequantize
+//! kernel.
 #![cfg_attr(target_arch = "nvptx64", no_std)]
 #![cfg_attr(target_arch = "nvptx64", feature(abi_ptx))]
 #![cfg_attr(target_arch = "nvptx64", feature(adt_const_params))]
@@ -104,6 +107,22 @@ mod device {
     }
 
     rill_kernels_gpu::fused_softmax!(dequant_softmax, Dequant, DequantLoad, make, 8);
+    // The same functors in rill's norms: LayerNorm or RMSNorm of the dequantized row, with
+    // an f32 weight and bias.
+    rill_kernels_gpu::fused_norm!(dequant_norm, Dequant, DequantLoad, make, 8, f32);
+
+    /// `max(x, 0)^2` (Primer's squared ReLU), an elementwise functor of the user's own.
+    pub struct SquaredRelu;
+
+    impl Functor<1> for SquaredRelu {
+        #[inline(always)]
+        fn apply([x]: [f32; 1]) -> f32 {
+            let relu = if x < 0.0 { 0.0 } else { x };
+            relu * relu
+        }
+    }
+
+    rill_kernels_gpu::fused_elementwise!(squared_relu, SquaredRelu, 1, (f32 f32) (bf16 bf16) (f32 bf16));
 
     /// The unfused chain's first kernel: the dequantized logits written as bf16, a block
     /// per row at a time, packs of [`PACK`].
