@@ -32,7 +32,7 @@
 //! ```
 
 pub use crate::abi::{DType, ElementwiseArgs, FusedArgs, FusedFacts, FusedFamily, NormArgs, RowArgs, RowShape};
-pub use crate::arch::{GlobalAddr, load_global_nc};
+pub use crate::arch::{GlobalAddr, fma, load_global_nc};
 pub use crate::functor::Functor;
 pub use crate::pack::{DirectLoad, DirectStore, Load, LoadOne, Pack, RowMajor, Store, StoreOne};
 pub use crate::scalar::{Scalar, bf16};

@@ -137,6 +137,12 @@ impl<T: Scalar, const N: usize> Default for Pack<T, N> {
 /// fused op adds). Measured on the H100: with one step, each f16 pack's conversion waited on
 /// its load before the next load issued, and the f16 warp path ran at 70-75% of copy.
 pub trait Load<const N: usize> {
+    /// Whether [`Load::transform`] does arithmetic beyond the conversion to f32 (a
+    /// dequantization), so each read of a cached row costs it: the block softmax then takes
+    /// its max and sum in one pass over the cache instead of two. Measured on the H100
+    /// (int8 dequantizing softmax, 4096 x 32000): see docs/PERF.md.
+    const TRANSFORMS: bool = false;
+
     /// The raw words one fetch brings in.
     type Fetched: Copy;
     /// The narrowest dtype that holds this load's values exactly: the row's own for a plain

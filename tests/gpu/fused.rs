@@ -91,10 +91,10 @@ pub fn run_cases(suite: &mut Suite) {
             &mut dequantized.view_mut().reshape(&shape)?,
             &mut out.view_mut().reshape(&shape)?,
         )?;
-        // The chain rounds the logits, computed in f32 as its kernel does, to bf16.
+        // The chain rounds the logits, computed in f32 as its kernel does (one FMA), to bf16.
         let rounded: Vec<f64> = (0..rows * cols)
             .map(|i| {
-                let v = inputs.q[i] as f32 * inputs.scale[i / cols] + inputs.bias[i % cols].to_f32();
+                let v = (inputs.q[i] as f32).mul_add(inputs.scale[i / cols], inputs.bias[i % cols].to_f32());
                 bf16::from_f32(v).to_f64()
             })
             .collect();

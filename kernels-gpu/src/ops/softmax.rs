@@ -189,6 +189,9 @@ impl<V: RowValue> RowForward for Softmax<V> {
     /// they land where the cache copies (the exponentials overlap the row's loads rather
     /// than following them; a cache filled through registers is complete here, so one
     /// exponential more a pack would buy nothing), else each thread's two passes merged.
+    /// A block whose load transforms every cached read ([`Load::TRANSFORMS`]) takes the
+    /// online pass too, once its copies have landed: one pass of transforms less, and no
+    /// wait per pack (the blocks an SM holds overlap one another's loads).
     #[inline(always)]
     unsafe fn cached_stats<L: Load<P>, R: RowSplit, const P: usize>(
         &self,
@@ -197,12 +200,17 @@ impl<V: RowValue> RowForward for Softmax<V> {
     ) -> Normalize {
         // SAFETY (whole body): forwarded.
         let (max, sum) = unsafe {
-            if R::MERGES_REDUCTIONS && pass.copies() {
+            if (R::MERGES_REDUCTIONS && pass.copies()) || L::TRANSFORMS {
                 let mut online = Online { max: f32::NEG_INFINITY, sum: 0.0 };
                 if let Some(x) = pass.edge() {
                     online.add([x]);
                 }
-                pass.landed(&mut online);
+                if R::MERGES_REDUCTIONS && pass.copies() {
+                    pass.landed(&mut online);
+                } else {
+                    wait_async_copies();
+                    pass.packs(&mut online);
+                }
                 reduce_online(split, online)
             } else if R::MERGES_REDUCTIONS {
                 wait_async_copies();

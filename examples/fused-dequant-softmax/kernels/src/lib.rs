@@ -53,11 +53,13 @@ mod device {
     impl DequantLoad {
         #[inline(always)]
         fn dequantize<const N: usize>(q: [f32; N], scale: f32, bias: [f32; N]) -> [f32; N] {
-            core::array::from_fn(|j| q[j] * scale + bias[j])
+            core::array::from_fn(|j| fma(q[j], scale, bias[j]))
         }
     }
 
     impl<const N: usize> Load<N> for DequantLoad {
+        /// Every read of a cached row dequantizes it again.
+        const TRANSFORMS: bool = true;
         /// The pack's int8 values, the row's scale and the columns' bias.
         type Fetched = (Pack<i8, N>, f32, Pack<bf16, N>);
         /// The source's dtype: the shared path caches the raw int8 row (1 byte a column,
