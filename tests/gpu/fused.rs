@@ -185,7 +185,8 @@ fn norm_case(suite: &mut Suite, kernels: &DequantKernels, kind: NormKind, (rows,
         for (what, got, want) in saved {
             // The mean against the row's spread (1 / rstd): its rounding's scale.
             let worst = max_error_with_floor(&got, &want, |r| if what == "mean" { 1.0 / stats[r].1 } else { 0.0 });
-            if let Some(worst) = worst.filter(|w| !(w.error < RSTD_TOLERANCE)) {
+            // NaN errors fail too (a comparison with NaN is false).
+            if let Some(worst) = worst.filter(|w| w.error.is_nan() || w.error >= RSTD_TOLERANCE) {
                 return Ok(Measured {
                     error: f64::INFINITY,
                     detail: format!("{what} of row {}: got {:e}, want {:e}", worst.index, worst.got, worst.want),
