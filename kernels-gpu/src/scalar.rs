@@ -148,14 +148,12 @@ impl Scalar for bf16 {
 impl Scalar for i8 {
     const DTYPE: DType = DType::I8;
 
-    /// Exact, without a conversion instruction: `q + 128` as the low bits of the f32
-    /// `2^23 + q + 128`, less `2^23 + 128`. Measured on the H100: with `q as f32` (two
-    /// conversions, on the quarter-rate pipe) a dequantizing softmax at 32000 columns was
-    /// bound by the SMs' issue (85%), not by memory.
+    /// Exact, without a conversion instruction ([`crate::arch::i8_lane_to_f32`]). Measured on
+    /// the H100: with `q as f32` (two conversions, on the quarter-rate pipe) a dequantizing
+    /// softmax at 32000 columns was bound by the SMs' issue (85%), not by memory.
     #[inline(always)]
     fn to_f32(self) -> f32 {
-        const TWO_POW_23: u32 = 0x4b00_0000;
-        f32::from_bits(TWO_POW_23 | (self as u8 ^ 0x80) as u32) - (8_388_608.0 + 128.0)
+        crate::arch::i8_lane_to_f32(self as u8 as u32 ^ 0x8080_8080, 0)
     }
     /// Rounded toward zero and saturated, as Rust's `as` does.
     #[inline(always)]

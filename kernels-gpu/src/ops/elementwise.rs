@@ -83,7 +83,7 @@ unsafe fn packs<F: Functor<K>, I: Scalar, O: Scalar, const K: usize, const N: us
 /// type and the functor has a paired form, else lane by lane in f32.
 #[inline(always)]
 fn apply<F: Functor<K>, I: Scalar, O: Scalar, const K: usize, const N: usize>(x: &[Pack<I, N>; K]) -> Pack<O, N> {
-    let lane = |lane: usize| O::from_f32(F::apply(core::array::from_fn(|k| x[k].get(lane).to_f32())));
+    let lane = |lane: usize| O::from_f32(F::apply(core::array::from_fn(|k| x[k].get_f32(lane))));
     let mut y = Pack::<O, N>::new();
     if I::BYTES == 2 && I::DTYPE as u8 == O::DTYPE as u8 && N >= 2 {
         unroll::<N>(|i| {

@@ -817,7 +817,7 @@ impl<C: Scalar, const P: usize> RowCache<C, P> {
                 let pack = Pack::<C, 8>::from_words(words[access]);
                 unroll::<8>(|k| {
                     if k < Self::PER_ACCESS {
-                        values[access * Self::PER_ACCESS + k] = pack.get(k).to_f32();
+                        values[access * Self::PER_ACCESS + k] = pack.get_f32(k);
                     }
                 });
             }
