@@ -35,6 +35,7 @@ mod norm;
 mod norm_ladder;
 mod profile;
 mod report;
+mod small;
 mod softmax;
 
 use clap::Parser;
@@ -133,6 +134,7 @@ fn run(gpu: Gpu, options: &Options) -> Result<(), Box<dyn Error>> {
     sweep_dtype::<bf16>(&mut bench, options)?;
     if options.dtype.as_deref().is_none_or(|dtype| dtype == "bf16") {
         fused::sweep(&mut bench)?;
+        small::sweep(&mut bench)?;
     }
     eprintln!();
     write(&options.json, &report::to_json(&bench.records)?)?;

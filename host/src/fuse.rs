@@ -212,6 +212,8 @@ impl Drop for FusedModule {
         // SAFETY: the module was loaded by `load` and is unloaded once; its kernels go with
         // it (every `Kernel` copy lives in `kernels` or in a call that borrowed `self`). A
         // failure leaves nothing to undo.
+        let kernels = self.kernels.get_mut().unwrap_or_else(PoisonError::into_inner);
+        self.gpu.modules().forget(kernels.values().map(|kernel| kernel.function));
         unsafe {
             let _ = self.gpu.bind();
             cust::sys::cuModuleUnload(self.module);

@@ -55,7 +55,7 @@ impl Kernel {
     }
 
     /// Lets the kernel launch with `bytes` of dynamic shared memory (above the default 48 KB).
-    pub(crate) fn allow_dynamic_shared(self, bytes: u32) -> Result<()> {
+    fn allow_dynamic_shared(self, bytes: u32) -> Result<()> {
         let attribute = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
         // SAFETY: sets an attribute of a loaded function.
         unsafe { cuFuncSetAttribute(self.function, attribute, bytes as i32).during("cuFuncSetAttribute") }
@@ -63,7 +63,7 @@ impl Kernel {
 
     /// Asks for `percent` of the SM's shared-memory capacity as shared memory, the rest as
     /// L1 cache (a preference the driver may round).
-    pub(crate) fn prefer_shared_carveout(self, percent: u32) -> Result<()> {
+    fn prefer_shared_carveout(self, percent: u32) -> Result<()> {
         let attribute = CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT;
         // SAFETY: sets an attribute of a loaded function.
         unsafe { cuFuncSetAttribute(self.function, attribute, percent.min(100) as i32).during("cuFuncSetAttribute") }
@@ -93,6 +93,26 @@ impl Kernel {
     }
 }
 
+/// The attributes a launch sets on a kernel: the dynamic shared memory it may take and,
+/// where it has a preference, the shared-memory carveout (percent of the SM's capacity).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Attributes {
+    pub(crate) dynamic_shared: u32,
+    pub(crate) carveout: Option<u32>,
+}
+
+/// What rill set on a kernel, and asked the driver about it, so that a call asks again
+/// nothing the driver has answered. Measured on the H100: the attribute settings and
+/// occupancy questions of the row planner made a small call's host time (see docs/PERF.md,
+/// "The small-shape regime").
+#[derive(Default)]
+struct FunctionState {
+    dynamic_shared: Option<u32>,
+    carveout: Option<u32>,
+    /// Blocks per multiprocessor by block size, dynamic shared bytes and attributes.
+    occupancy: HashMap<(u32, u32, Attributes), u32>,
+}
+
 #[derive(Default)]
 pub(crate) struct Modules {
     loaded: Mutex<HashMap<Module, cust::module::Module>>,
@@ -100,6 +120,9 @@ pub(crate) struct Modules {
     /// Resident clusters by kernel, cluster size, block size and shared bytes: the planner
     /// weighs every cluster size on each call, and the driver's answer never changes.
     resident_clusters: Mutex<HashMap<ClusterShape, u32>>,
+    /// By function handle: rill's kernels', and users' fused kernels' until their module
+    /// goes ([`Modules::forget`]).
+    functions: Mutex<HashMap<usize, FunctionState>>,
 }
 
 /// A kernel (its function handle, unique while its module is loaded), its cluster size,
@@ -130,6 +153,54 @@ impl Modules {
         let kernel = Kernel::new(function.to_raw(), symbol)?;
         kernels.insert(key, kernel);
         Ok(kernel)
+    }
+
+    /// Sets `attributes` on `kernel`, but those it has already.
+    pub(crate) fn set_attributes(&self, kernel: Kernel, attributes: Attributes) -> Result<()> {
+        let mut functions = self.functions.lock().unwrap_or_else(PoisonError::into_inner);
+        Self::set_on(functions.entry(kernel.function as usize).or_default(), kernel, attributes)
+    }
+
+    fn set_on(state: &mut FunctionState, kernel: Kernel, attributes: Attributes) -> Result<()> {
+        if state.dynamic_shared != Some(attributes.dynamic_shared) {
+            kernel.allow_dynamic_shared(attributes.dynamic_shared)?;
+            state.dynamic_shared = Some(attributes.dynamic_shared);
+        }
+        if let Some(percent) = attributes.carveout.filter(|&p| state.carveout != Some(p)) {
+            kernel.prefer_shared_carveout(percent)?;
+            state.carveout = Some(percent);
+        }
+        Ok(())
+    }
+
+    /// Blocks of `block` threads and `shared_bytes` of dynamic shared memory that `kernel`
+    /// keeps resident per multiprocessor with `attributes` (the occupancy API), asked of the
+    /// driver once per kernel, shape and attributes (which it sets for the question).
+    pub(crate) fn blocks_per_multiprocessor(
+        &self,
+        kernel: Kernel,
+        (block, shared_bytes): (u32, u32),
+        attributes: Attributes,
+    ) -> Result<u32> {
+        let mut functions = self.functions.lock().unwrap_or_else(PoisonError::into_inner);
+        let state = functions.entry(kernel.function as usize).or_default();
+        let key = (block, shared_bytes, attributes);
+        if let Some(&blocks) = state.occupancy.get(&key) {
+            return Ok(blocks);
+        }
+        Self::set_on(state, kernel, attributes)?;
+        let blocks = kernel.blocks_per_multiprocessor(block, shared_bytes)?;
+        state.occupancy.insert(key, blocks);
+        Ok(blocks)
+    }
+
+    /// Drops what is known of `functions`, whose module is being unloaded (a later module's
+    /// functions may take the same handles).
+    pub(crate) fn forget(&self, functions: impl IntoIterator<Item = CUfunction>) {
+        let mut known = self.functions.lock().unwrap_or_else(PoisonError::into_inner);
+        for function in functions {
+            known.remove(&(function as usize));
+        }
     }
 
     /// Clusters of `cluster` blocks of `block` threads and `shared_bytes` each that `kernel`

@@ -25,6 +25,11 @@ impl DequantKernels {
         Ok(DequantKernels { module: FusedModule::load(gpu, PTX)?, force: None })
     }
 
+    /// The loaded module, for launching its kernels as they are.
+    pub fn module(&self) -> &FusedModule {
+        &self.module
+    }
+
     /// Runs the fused kernel on `path` (an error where the shape does not fit it).
     pub fn forced(self, path: PathKind) -> DequantKernels {
         DequantKernels { force: Some(path), ..self }

@@ -8,7 +8,7 @@ use crate::Stream;
 use crate::error::{Result, invalid};
 use crate::fuse::FusedModule;
 use crate::launch::{LaunchConfig, active_clusters, launch};
-use crate::module::{Kernel, KernelKey};
+use crate::module::{Attributes, Kernel, KernelKey};
 use crate::tensor::{Element, View};
 use dispatch::{Occupancies, Problem, WARP_MAX_COLS, plan};
 pub use dispatch::{Path, PathKind, Plan};
@@ -210,9 +210,9 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
         let block_kernel = |path| kernel_for(&Plan { path, pack: block_pack, phased, grid: 1 });
         let shared = |block: u32, bytes: u32| {
             let shared = block_kernel(Path::Shared { block, shared_bytes: bytes })?;
-            shared.allow_dynamic_shared(bytes.max(ROW_STATIC_SHARED_BYTES))?;
-            shared.prefer_shared_carveout(first_carveout)?;
-            shared.blocks_per_multiprocessor(block, bytes)
+            let attributes =
+                Attributes { dynamic_shared: bytes.max(ROW_STATIC_SHARED_BYTES), carveout: Some(first_carveout) };
+            gpu.modules().blocks_per_multiprocessor(shared, (block, bytes), attributes)
         };
         // Asked only on GPUs with clusters, when a row does not fit one block; a family
         // without cluster kernels resides no clusters.
@@ -225,7 +225,7 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
                 return Ok(0);
             }
             gpu.modules().resident_clusters(kernel, (cluster, block, bytes), || {
-                kernel.allow_dynamic_shared(bytes.max(CLUSTER_STATIC_SHARED_BYTES))?;
+                gpu.modules().set_attributes(kernel, cluster_attributes(bytes))?;
                 active_clusters(kernel, LaunchConfig { grid: cluster, block, shared_bytes: bytes, cluster })
             })
         };
@@ -242,11 +242,12 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             Path::Shared { block, shared_bytes, .. } => {
                 let resident = if self.columns_before_blocks { 0 } else { shared(block, shared_bytes)? };
                 let needed = resident * (shared_bytes + ROW_STATIC_SHARED_BYTES + RESERVED_SHARED_BYTES);
-                kernel.allow_dynamic_shared(shared_bytes.max(ROW_STATIC_SHARED_BYTES))?;
-                kernel.prefer_shared_carveout(shared_carveout(needed, self.column_bytes, capacity))?;
+                let carveout = shared_carveout(needed, self.column_bytes, capacity);
+                let dynamic_shared = shared_bytes.max(ROW_STATIC_SHARED_BYTES);
+                gpu.modules().set_attributes(kernel, Attributes { dynamic_shared, carveout: Some(carveout) })?;
             }
             Path::Cluster { shared_bytes, .. } => {
-                kernel.allow_dynamic_shared(shared_bytes.max(CLUSTER_STATIC_SHARED_BYTES))?
+                gpu.modules().set_attributes(kernel, cluster_attributes(shared_bytes))?
             }
             _ => {}
         }
@@ -269,6 +270,12 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
         unsafe { launch(self.stream, kernel, config, &self.args)? };
         Ok(plan)
     }
+}
+
+/// A cluster kernel's attributes for `shared_bytes` of dynamic shared memory (no carveout
+/// preference).
+fn cluster_attributes(shared_bytes: u32) -> Attributes {
+    Attributes { dynamic_shared: shared_bytes.max(CLUSTER_STATIC_SHARED_BYTES), carveout: None }
 }
 
 /// The elements by which every array of `arrays` starts past a 16-byte boundary, where
