@@ -32,7 +32,7 @@ pub fn sweep(bench: &mut Bench) -> rill::Result<()> {
     if !(bench.wants("small", "small") && !bench.quick) {
         return Ok(());
     }
-    bench.plan((ROW_OPS.len() + 1) * ROWS.len() * COLS.len() + 2 * ELEMENTWISE_LOG2.count() + 3);
+    bench.plan((ROW_OPS.len() + 1) * ROWS.len() * COLS.len() + 2 * ELEMENTWISE_LOG2.count() + 5);
     let mut rng = Rng::new(7);
     for &cols in COLS {
         for &rows in ROWS {
@@ -85,6 +85,7 @@ pub fn sweep(bench: &mut Bench) -> rill::Result<()> {
     let (xs, mut ys) = (bench.upload(1, &[bf16::ZERO; 32], &[32])?, bench.zeros::<bf16>(1, &[32])?);
     let copy = bench.copy(&xs, &mut ys)?;
     record(bench, "small_empty_launch", &[0], 0, copy, &mut launch)?;
+    decode_block(bench)?;
     for log2 in ELEMENTWISE_LOG2 {
         let len = 1usize << log2;
         let host: Vec<bf16> = (0..len).map(|_| bf16::from_f64(rng.uniform(-4.0, 4.0))).collect();
@@ -93,6 +94,59 @@ pub fn sweep(bench: &mut Bench) -> rill::Result<()> {
         let (x, y) = (&xs[0], &mut ys[0]);
         record(bench, "small_relu", &[len], 2 * len * 2, copy, &mut |s| elementwise::relu(s, x, y))?;
     }
+    Ok(())
+}
+
+/// One transformer block's row-wise and elementwise ops at a decode step (the `--profile`
+/// set's forward ops; batch 4, one token each, hidden 4096, 32 heads over 2048 keys, MLP
+/// 11008): launched one by one, and replayed as one recorded graph ([`rill::Graph`]). Each
+/// is the wall time of [`BLOCKS`] blocks back to back, over their count.
+fn decode_block(bench: &mut Bench) -> rill::Result<()> {
+    const BLOCKS: usize = 1000;
+    let (tokens, hidden, heads, keys, mlp) = (4, 4096, 32, 2048, 11008);
+    let gpu = bench.gpu.clone();
+    let random = |shape: &[usize]| -> rill::Result<Tensor<bf16>> {
+        let len: usize = shape.iter().product();
+        let host: Vec<bf16> = (0..len).map(|i| bf16::from_f32(((i * 7919 % 2003) as f32 - 1001.0) / 250.0)).collect();
+        Tensor::from_slice(&gpu, &host, shape)
+    };
+    let zeros = |shape: &[usize]| Tensor::<bf16>::zeros(&gpu, shape);
+    let (scores, mut probs) = (random(&[tokens * heads, keys])?, zeros(&[tokens * heads, keys])?);
+    let (gate, up) = (random(&[tokens, mlp])?, random(&[tokens, mlp])?);
+    let (mut act, mut mixed) = (zeros(&[tokens, mlp])?, zeros(&[tokens, mlp])?);
+    let (residual, branch) = (random(&[tokens, hidden])?, random(&[tokens, hidden])?);
+    let (mut sum, mut normed) = (zeros(&[tokens, hidden])?, zeros(&[tokens, hidden])?);
+    let weight = random(&[hidden])?;
+    let mut block = |s: &rill::Stream| -> rill::Result<()> {
+        softmax::softmax(s, &scores, &mut probs)?;
+        elementwise::silu(s, &gate, &mut act)?;
+        elementwise::mul(s, &act, &up, &mut mixed)?;
+        for _ in 0..2 {
+            let call = Forward::new(&residual, &mut normed).weight(&weight).residual(&branch, &mut sum);
+            Norm::new().forward(s, NormKind::RmsNorm, 1e-6, call)?;
+        }
+        Ok(())
+    };
+    let stream = &bench.stream;
+    let wall = |run: &mut dyn FnMut() -> rill::Result<()>| -> rill::Result<f64> {
+        run()?;
+        stream.synchronize()?;
+        let start = Instant::now();
+        for _ in 0..BLOCKS {
+            run()?;
+        }
+        stream.synchronize()?;
+        Ok(start.elapsed().as_secs_f64() * 1e6 / BLOCKS as f64)
+    };
+    let one_by_one = wall(&mut || block(stream))?;
+    let graph = stream.capture(&mut block)?;
+    let replayed = wall(&mut || graph.launch(stream))?;
+    let shape = [tokens, hidden];
+    let speedup =
+        format!("5 launches; graph {replayed:.2} us, one by one {one_by_one:.2} us: {:.2}x", one_by_one / replayed);
+    // Launch-bound rows: no bytes to set against a copy (0% in that column).
+    bench.record::<bf16>("small_decode_block_one_by_one", &shape, "5 launches", 0, one_by_one, Some(f64::INFINITY));
+    bench.record::<bf16>("small_decode_block_graph", &shape, &speedup, 0, replayed, Some(f64::INFINITY));
     Ok(())
 }
 

@@ -187,6 +187,101 @@ impl Stream {
     }
 }
 
+impl Stream {
+    /// Records the work `record` queues on this stream, without running it, as a [`Graph`]
+    /// that replays it with one launch ([`Graph::launch`]): a chain of small ops then costs
+    /// the host one launch instead of one each. The graph keeps the addresses, shapes and
+    /// plans of the calls as recorded: replay it on the same tensors, overwritten in place.
+    ///
+    /// Every rill op can be recorded: none synchronizes or allocates outside stream order
+    /// during a call. Run each op once before recording it: the first call of a shape asks
+    /// the driver about the kernel (a lookup, an occupancy question), which the recording
+    /// then need not. A stream that is the legacy default stream (a null
+    /// [`Stream::from_raw`]) cannot record; the driver's error says so.
+    ///
+    /// ```no_run
+    /// # fn main() -> rill::Result<()> {
+    /// # let gpu = rill::Gpu::new(0)?;
+    /// # let stream = gpu.stream()?;
+    /// let x = rill::Tensor::<f32>::zeros(&gpu, &[8, 4096])?;
+    /// let (mut y, mut z) = (rill::Tensor::<f32>::zeros(&gpu, &[8, 4096])?, rill::Tensor::<f32>::zeros(&gpu, &[8, 4096])?);
+    /// let graph = stream.capture(|s| {
+    ///     rill::softmax::softmax(s, &x, &mut y)?;
+    ///     rill::elementwise::relu(s, &y, &mut z)
+    /// })?;
+    /// for _ in 0..100 {
+    ///     graph.launch(&stream)?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn capture(&self, record: impl FnOnce(&Stream) -> Result<()>) -> Result<Graph> {
+        use cust::sys::CUstreamCaptureMode_enum::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        self.gpu.bind()?;
+        // SAFETY: the handle is live; capture ends below on every path.
+        unsafe { cust::sys::cuStreamBeginCapture_v2(self.as_raw(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) }
+            .during("cuStreamBeginCapture")?;
+        let recorded = record(self);
+        let mut graph = std::ptr::null_mut();
+        // SAFETY: ends the capture begun above; writes one graph handle (null where it failed).
+        let ended = unsafe { cust::sys::cuStreamEndCapture(self.as_raw(), &mut graph) }.during("cuStreamEndCapture");
+        let graph = GraphHandle(graph);
+        recorded?;
+        ended?;
+        let mut exec = std::ptr::null_mut();
+        // SAFETY: a graph the capture made; writes one executable handle.
+        unsafe { cust::sys::cuGraphInstantiateWithFlags(&mut exec, graph.0, 0) }.during("cuGraphInstantiate")?;
+        Ok(Graph { exec, _graph: graph, gpu: self.gpu.clone() })
+    }
+}
+
+/// Work recorded from a stream ([`Stream::capture`]), replayed by one launch.
+pub struct Graph {
+    exec: cust::sys::CUgraphExec,
+    _graph: GraphHandle,
+    // Keeps the context alive until the graph is destroyed.
+    gpu: Gpu,
+}
+
+// SAFETY: an executable graph may be launched from any thread of its context; `launch`
+// takes `&self` and the driver serializes launches of one graph.
+unsafe impl Send for Graph {}
+// SAFETY: as above.
+unsafe impl Sync for Graph {}
+
+impl Graph {
+    /// Queues the recorded work on `stream` (any stream of the same GPU), in order with what
+    /// `stream` already holds.
+    pub fn launch(&self, stream: &Stream) -> Result<()> {
+        self.gpu.bind()?;
+        // SAFETY: a live executable graph and a live stream handle.
+        unsafe { cust::sys::cuGraphLaunch(self.exec, stream.as_raw()) }.during("cuGraphLaunch")
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        // SAFETY: the executable graph was instantiated by `capture` and is destroyed once
+        // (the driver lets launched work finish first); a failure leaves nothing to undo.
+        unsafe {
+            let _ = self.gpu.bind();
+            cust::sys::cuGraphExecDestroy(self.exec);
+        }
+    }
+}
+
+/// A captured graph, destroyed when dropped (null where the capture made none).
+struct GraphHandle(cust::sys::CUgraph);
+
+impl Drop for GraphHandle {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: a graph the capture made, destroyed once.
+            unsafe { cust::sys::cuGraphDestroy(self.0) };
+        }
+    }
+}
+
 /// A CUDA event on any stream handle (cust's `Event` records only on its own `Stream`).
 struct RawEvent(cust::sys::CUevent);
 

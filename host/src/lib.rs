@@ -27,7 +27,7 @@ mod tensor;
 mod workspace;
 
 pub use error::{Error, Result};
-pub use gpu::{DeviceInfo, Gpu, RawStream, Stream};
+pub use gpu::{DeviceInfo, Gpu, Graph, RawStream, Stream};
 pub use launch::{LaunchConfig, WAVES, grid_stride_blocks};
 pub use module::{KernelKey, Module, ptx};
 #[cfg(feature = "norm-ladder")]

@@ -8,6 +8,7 @@
 mod batch_norm;
 mod elementwise;
 mod fused;
+mod graph;
 mod harness;
 mod interop;
 mod norm;
@@ -32,5 +33,6 @@ fn main() {
     interop::run_cases(&mut suite);
     interop::raw_views(&mut suite);
     fused::run_cases(&mut suite);
+    graph::run_cases(&mut suite);
     std::process::exit(suite.finish());
 }
