@@ -20,6 +20,9 @@ const CALLS: usize = 10_000;
 /// Calls whose queueing time gives the host's cost per call.
 const SUBMITTED: usize = 256;
 
+/// Decode blocks whose wall time gives the time per block.
+const BLOCKS: usize = 1000;
+
 /// The row ops at `rows x cols` (bf16).
 const ROW_OPS: &[&str] = &["rms_norm", "layer_norm", "softmax", "cross_entropy"];
 const ROWS: &[usize] = &[1, 8, 64];
@@ -102,7 +105,6 @@ pub fn sweep(bench: &mut Bench) -> rill::Result<()> {
 /// 11008): launched one by one, and replayed as one recorded graph ([`rill::Graph`]). Each
 /// is the wall time of [`BLOCKS`] blocks back to back, over their count.
 fn decode_block(bench: &mut Bench) -> rill::Result<()> {
-    const BLOCKS: usize = 1000;
     let (tokens, hidden, heads, keys, mlp) = (4, 4096, 32, 2048, 11008);
     let gpu = bench.gpu.clone();
     let random = |shape: &[usize]| -> rill::Result<Tensor<bf16>> {
