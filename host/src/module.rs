@@ -111,23 +111,19 @@ struct FunctionState {
     carveout: Option<u32>,
     /// Blocks per multiprocessor by block size, dynamic shared bytes and attributes.
     occupancy: HashMap<(u32, u32, Attributes), u32>,
+    /// Resident clusters by cluster size, block size and shared bytes: the planner weighs
+    /// every cluster size on each call, and the driver's answer never changes.
+    clusters: HashMap<(u32, u32, u32), u32>,
 }
 
 #[derive(Default)]
 pub(crate) struct Modules {
     loaded: Mutex<HashMap<Module, cust::module::Module>>,
     kernels: Mutex<HashMap<KernelKey, Kernel>>,
-    /// Resident clusters by kernel, cluster size, block size and shared bytes: the planner
-    /// weighs every cluster size on each call, and the driver's answer never changes.
-    resident_clusters: Mutex<HashMap<ClusterShape, u32>>,
-    /// By function handle: rill's kernels', and users' fused kernels' until their module
-    /// goes ([`Modules::forget`]).
+    /// By function handle (unique while its module is loaded): rill's kernels', and users'
+    /// fused kernels' until their module goes ([`Modules::forget`]).
     functions: Mutex<HashMap<usize, FunctionState>>,
 }
-
-/// A kernel (its function handle, unique while its module is loaded), its cluster size,
-/// block size and dynamic shared bytes.
-type ClusterShape = (usize, u32, u32, u32);
 
 impl Modules {
     /// The kernel `key` names, loading its module on first use; `Unsupported` where the
@@ -211,12 +207,14 @@ impl Modules {
         (cluster, block, shared_bytes): (u32, u32, u32),
         ask: impl FnOnce() -> Result<u32>,
     ) -> Result<u32> {
-        let key = (kernel.function as usize, cluster, block, shared_bytes);
-        if let Some(&resident) = self.resident_clusters.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
+        let (function, key) = (kernel.function as usize, (cluster, block, shared_bytes));
+        let lock = || self.functions.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(&resident) = lock().get(&function).and_then(|state| state.clusters.get(&key)) {
             return Ok(resident);
         }
+        // Asked with the lock released: `ask` sets the kernel's attributes through it.
         let resident = ask()?;
-        self.resident_clusters.lock().unwrap_or_else(PoisonError::into_inner).insert(key, resident);
+        lock().entry(function).or_default().clusters.insert(key, resident);
         Ok(resident)
     }
 }
