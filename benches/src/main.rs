@@ -2,7 +2,7 @@
 //! copy measured in the same process, and a profile of a transformer block's ops.
 //!
 //! ```text
-//! rill-bench [--quick] [--filter TEXT] [--dtype f32|f16|bf16] [--cols W,W,..] [--json PATH] [--plot-dir DIR] [--perf PATH] [--profile]
+//! rill-bench [--quick] [--filter TEXT,..] [--dtype f32|f16|bf16] [--cols W,W,..] [--peers [--python PATH]] [--json PATH] [--plot-dir DIR] [--perf PATH] [--profile]
 //! rill-bench --from-json PATH [--device TEXT] [--plot-dir DIR] [--perf PATH]
 //! ```
 //! - elementwise ops over lengths 2^16..2^28, the softmax family over the seed articles'
@@ -14,11 +14,16 @@
 //!   Add + ReLU (forward, backward, both) and the mask-based ReLU backward at ResNet's
 //!   shapes (see `batch_norm.rs`); a user's fused kernel (int8 dequantize + softmax, see
 //!   `fused.rs`) against the unfused chain; `--quick` a one-minute subset,
-//!   `--filter` ops or families by name, `--dtype` one dtype, `--cols` some row widths;
+//!   `--filter` ops or families by name (any of several texts), `--dtype` one dtype, `--cols` some row widths;
 //! - the table on stdout (op, dtype, shape, path, time, GB/s, % of copy), progress on
 //!   stderr, the records as JSON (`--json`, default target/bench/bench.json), one SVG plot
 //!   per op (`--plot-dir`), and the tables spliced into a Markdown file between
 //!   `<!-- bench:begin -->` and `<!-- bench:end -->` (`--perf`, e.g. docs/PERF.md);
+//! - `--peers`: after rill's sweep, the same ops, dtypes and shapes timed for PyTorch eager
+//!   and torch.compile, and Liger and QuACK where installed (`benches/peers/rows.py`, run by
+//!   `--python`, default python3), merged into the table, the JSON, the plots (a line per
+//!   implementation) and the Markdown (a table per op against the best peer); without python3
+//!   or torch one line says so and rill's figures stand alone;
 //! - `--profile`: the profile table instead of the sweep; `--from-json`: the report of a
 //!   recorded run, `--device` naming its GPU, without measuring (no GPU needed).
 //!
@@ -33,6 +38,7 @@ mod fused;
 mod measure;
 mod norm;
 mod norm_ladder;
+mod peers;
 mod profile;
 mod report;
 mod small;
@@ -56,15 +62,21 @@ struct Options {
     /// The profile of a transformer block's ops instead of the sweep.
     #[arg(long)]
     profile: bool,
-    /// Only ops or families whose name contains TEXT.
-    #[arg(long, value_name = "TEXT")]
-    filter: Option<String>,
+    /// Only ops or families whose name contains one of the TEXTs.
+    #[arg(long, value_name = "TEXT,..", value_delimiter = ',', action = clap::ArgAction::Set)]
+    filter: Option<Vec<String>>,
     /// Only this dtype.
     #[arg(long, value_parser = ["f32", "f16", "bf16"])]
     dtype: Option<String>,
     /// Only shapes of these row widths.
     #[arg(long, value_name = "W,W,..", value_delimiter = ',', value_parser = width, action = clap::ArgAction::Set)]
     cols: Option<Vec<usize>>,
+    /// Also time PyTorch eager, torch.compile, Liger and QuACK on the same shapes.
+    #[arg(long)]
+    peers: bool,
+    /// The Python interpreter that runs the peers.
+    #[arg(long, value_name = "PATH", default_value = "python3")]
+    python: String,
     /// Where the records are written.
     #[arg(long, value_name = "PATH", default_value = "target/bench/bench.json")]
     json: PathBuf,
@@ -137,6 +149,17 @@ fn run(gpu: Gpu, options: &Options) -> Result<(), Box<dyn Error>> {
         small::sweep(&mut bench)?;
     }
     eprintln!();
+    if options.peers {
+        let scratch = options.json.with_file_name("peers");
+        match peers::measure(&bench.records, &options.python, &scratch) {
+            Ok((records, failures)) => {
+                println!("peers: {} figures, {} not measured", records.len(), failures.len());
+                failures.iter().for_each(|failure| println!("  not measured: {failure}"));
+                bench.records.extend(records);
+            }
+            Err(why) => println!("{why}; rill's figures only"),
+        }
+    }
     write(&options.json, &report::to_json(&bench.records)?)?;
     report_records(&bench.records, &device, options)
 }
@@ -171,8 +194,10 @@ fn report_records(records: &[report::Record], device: &str, options: &Options) -
     }
 
     println!("\n{:<31} {:<5} {:>16} {:>10} {:>9} {:>7}  path", "op", "dtype", "shape", "time(us)", "GB/s", "%copy");
-    for report::Record { op, dtype, shape, path, micros, gbps, of_copy } in records {
+    for report::Record { op, dtype, shape, path, micros, gbps, of_copy, implementation } in records {
         let (shape, percent) = (format!("{shape:?}"), 100.0 * of_copy);
+        // A peer's row names the peer where rill's names its path.
+        let path = if implementation == report::RILL { path } else { implementation };
         println!("{op:<31} {dtype:<5} {shape:>16} {micros:>10.2} {gbps:>9.1} {percent:>6.1}%  {path}");
     }
     if let Some(note) = norm_ladder::footnote(records) {
@@ -206,8 +231,9 @@ mod tests {
     fn takes_every_flag() {
         let args = ["--quick", "--profile", "--filter", "soft", "--dtype", "bf16", "--cols", "768, 1024", "--bench"];
         let options = parse(&args).unwrap();
-        assert!(options.quick && options.profile);
-        assert_eq!((options.filter.as_deref(), options.dtype.as_deref()), (Some("soft"), Some("bf16")));
+        assert!(options.quick && options.profile && !options.peers);
+        assert_eq!(options.python, "python3");
+        assert_eq!((options.filter, options.dtype.as_deref()), (Some(vec!["soft".to_string()]), Some("bf16")));
         assert_eq!(options.cols, Some(vec![768, 1024]));
         assert_eq!(
             (options.json.to_str(), options.device.as_str()),
@@ -219,6 +245,10 @@ mod tests {
         assert_eq!((options.json.to_str(), options.plot_dir.unwrap().to_str()), (Some("j"), Some("p")));
         assert_eq!(options.perf.unwrap().to_str(), Some("m"));
         assert_eq!(parse(&["--dtype", "f32", "--dtype", "f16"]).unwrap().dtype.as_deref(), Some("f16"));
+        assert_eq!(parse(&["--filter", "softmax,rms_norm"]).unwrap().filter.unwrap(), ["softmax", "rms_norm"]);
+        let options = parse(&["--peers", "--python", "/opt/py/bin/python3"]).unwrap();
+        assert!(options.peers);
+        assert_eq!(options.python, "/opt/py/bin/python3");
         assert_eq!(parse(&["--cols", "768", "--cols", "1024,2048"]).unwrap().cols, Some(vec![1024, 2048]));
     }
 

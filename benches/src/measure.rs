@@ -10,7 +10,8 @@ pub struct Bench {
     pub gpu: Gpu,
     pub stream: Stream,
     pub quick: bool,
-    pub filter: Option<String>,
+    /// `--filter`: an op runs if its name or family contains one of these.
+    pub filter: Option<Vec<String>>,
     /// Only shapes with these row widths (`--cols`).
     pub cols: Option<Vec<usize>>,
     pub records: Vec<Record>,
@@ -19,7 +20,7 @@ pub struct Bench {
 }
 
 impl Bench {
-    pub fn new(gpu: Gpu, quick: bool, filter: Option<String>, cols: Option<Vec<usize>>) -> rill::Result<Bench> {
+    pub fn new(gpu: Gpu, quick: bool, filter: Option<Vec<String>>, cols: Option<Vec<usize>>) -> rill::Result<Bench> {
         let stream = gpu.stream()?;
         Ok(Bench { gpu, stream, quick, filter, cols, records: Vec::new(), done: 0, total: 0 })
     }
@@ -35,7 +36,8 @@ impl Bench {
 
     /// Whether the filter (if any) selects op `name` of `family`.
     pub fn wants(&self, family: &str, name: &str) -> bool {
-        self.filter.as_ref().is_none_or(|f| name.contains(f.as_str()) || family.contains(f.as_str()))
+        let matches = |f: &String| name.contains(f.as_str()) || family.contains(f.as_str());
+        self.filter.as_ref().is_none_or(|texts| texts.iter().any(matches))
     }
 
     /// Announces `steps` more measurements for the progress line.
@@ -112,6 +114,7 @@ impl Bench {
             micros,
             gbps,
             of_copy: copy_gbps.map_or(1.0, |copy| gbps / copy),
+            implementation: crate::report::RILL.into(),
         });
         self.done += 1;
         eprint!("\r[{:>4}/{:>4}] {op} {dtype} {shape:?}                    ", self.done, self.total.max(self.done));

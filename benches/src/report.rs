@@ -38,10 +38,26 @@ pub struct Record {
     /// `gbps` over the copy's at the same shape and dtype (1 for the copy itself).
     #[serde(serialize_with = "rounded::<4, _>")]
     pub of_copy: f64,
+    /// Whose kernel: [`RILL`], or a peer's name ("torch eager", "torch.compile", "Liger",
+    /// "QuACK"), timed on rill's shapes and charged rill's byte count. Left out of the JSON
+    /// for rill's own records, so earlier runs read back unchanged.
+    #[serde(default = "rill", skip_serializing_if = "is_rill")]
+    pub implementation: String,
+}
+
+/// The implementation name of rill's own records.
+pub const RILL: &str = "rill";
+
+fn rill() -> String {
+    RILL.into()
+}
+
+fn is_rill(implementation: &str) -> bool {
+    implementation == RILL
 }
 
 /// The op name of the ceiling rows.
-const COPY: &str = "copy";
+pub const COPY: &str = "copy";
 
 /// Dimensions before the last: empty for elementwise ops, `[rows]` for row ops.
 fn leading(record: &Record) -> &[usize] {
@@ -149,6 +165,12 @@ fn ops(records: &[Record]) -> Vec<&str> {
     elementwise.into_iter().chain(rows).collect()
 }
 
+/// The implementations measured for `op`: rill first, then the peers in order of appearance.
+fn implementations<'a>(records: &'a [Record], op: &str) -> Vec<&'a str> {
+    let peers = records.iter().filter(|r| r.op == op && !is_rill(&r.implementation));
+    std::iter::once(RILL).chain(distinct(peers.map(|r| r.implementation.as_str()))).collect()
+}
+
 /// "49152" or "8 × 4096": leading dimensions for a title.
 fn rows_text(rows: &[usize]) -> String {
     let dims: Vec<String> = rows.iter().map(usize::to_string).collect();
@@ -180,7 +202,8 @@ const PALETTE: [RGBColor; 8] = [
 
 /// One SVG plot per op but the copy, named `<op>.svg`: effective GB/s against n (elementwise
 /// ops) or cols (row ops, only the op's most common rows, so the line is one sweep), on a
-/// log2 axis; a line with markers per dtype and that dtype's copy ceiling dashed and paler.
+/// log2 axis; a line with markers per dtype and that dtype's copy ceiling dashed and paler,
+/// and a line per peer and dtype where peers were measured.
 pub fn plots(records: &[Record], device: &str) -> Result<Vec<(String, String)>, Box<dyn Error>> {
     let dtypes = distinct(records.iter().map(|r| r.dtype.as_str()));
     ops(records).into_iter().map(|op| Ok((file_name(op), plot(records, op, &dtypes, device)?))).collect()
@@ -193,9 +216,11 @@ fn file_name(op: &str) -> String {
     format!("{safe}.svg")
 }
 
-/// One dtype's curves in one plot: (size, GB/s) of the op and of its copy ceiling, with the
-/// dtype's line and the paler dashes of its ceiling.
+/// One implementation's curves in one dtype in one plot: (size, GB/s) of the op and, for
+/// rill, of its copy ceiling, with the line and the paler dashes of the ceiling.
 struct Series<'a> {
+    /// The legend's name: the dtype, with the implementation where the op has peers.
+    label: String,
     dtype: &'a str,
     points: Vec<(f64, f64)>,
     ceiling: Vec<(f64, f64)>,
@@ -203,19 +228,31 @@ struct Series<'a> {
     dashes: ShapeStyle,
 }
 
-/// The op's sweep in one dtype with the copies at the same shapes; `None` when the dtype has
-/// no plottable point. Zero sizes and non-finite GB/s have no place on a log axis and are left
-/// out.
-fn series<'a>(records: &'a [Record], op: &str, rows: &[usize], dtype: &'a str, index: usize) -> Option<Series<'a>> {
+/// The op's sweep by `implementation` in one dtype, with rill's the copies at the same shapes;
+/// `None` when it has no plottable point. Zero sizes and non-finite GB/s have no place on a
+/// log axis and are left out.
+fn series<'a>(
+    records: &'a [Record],
+    (op, rows): (&str, &[usize]),
+    (implementation, dtype): (&str, &'a str),
+    index: usize,
+    with_peers: bool,
+) -> Option<Series<'a>> {
     let plottable = |r: &&Record| r.dtype == dtype && leading(r) == rows && extent(r) > 0 && r.gbps.is_finite();
-    let mine: Vec<&Record> = records.iter().filter(|r| r.op == op).filter(plottable).collect();
+    let mine: Vec<&Record> =
+        records.iter().filter(|r| r.op == op && r.implementation == implementation).filter(plottable).collect();
     if mine.is_empty() {
         return None;
     }
-    let copies = records.iter().filter(|r| r.op == COPY).filter(plottable);
-    let ceiling = curve(copies.filter(|copy| mine.iter().any(|r| r.shape == copy.shape)));
+    let copies = records.iter().filter(|r| r.op == COPY && is_rill(&r.implementation)).filter(plottable);
+    let ceiling = if is_rill(implementation) {
+        curve(copies.filter(|copy| mine.iter().any(|r| r.shape == copy.shape)))
+    } else {
+        Vec::new()
+    };
     let colour = PALETTE[index % PALETTE.len()];
     Some(Series {
+        label: if with_peers { format!("{implementation} {dtype}") } else { dtype.to_string() },
         dtype,
         points: curve(mine),
         ceiling,
@@ -233,8 +270,17 @@ fn curve<'r>(records: impl IntoIterator<Item = &'r Record>) -> Vec<(f64, f64)> {
 
 fn plot(records: &[Record], op: &str, dtypes: &[&str], device: &str) -> Result<String, Box<dyn Error>> {
     let rows = sweep_rows(records, op);
-    let all: Vec<Series> =
-        dtypes.iter().enumerate().filter_map(|(i, dtype)| series(records, op, rows, dtype, i)).collect();
+    // rill's lines keep their dtype's colour across plots; the peers' take the colours after.
+    let peers = implementations(records, op).split_off(1);
+    let rill_lines = dtypes.iter().enumerate().map(|(i, &dtype)| (RILL, dtype, i));
+    let peer_lines = peers.iter().flat_map(|&peer| dtypes.iter().map(move |&dtype| (peer, dtype)));
+    let peer_lines = peer_lines.enumerate().map(|(k, (peer, dtype))| (peer, dtype, dtypes.len() + k));
+    let all: Vec<Series> = rill_lines
+        .chain(peer_lines)
+        .filter_map(|(implementation, dtype, i)| {
+            series(records, (op, rows), (implementation, dtype), i, !peers.is_empty())
+        })
+        .collect();
     let points = || all.iter().flat_map(|s| s.points.iter().chain(&s.ceiling));
 
     // The x axis spans whole powers of two, one either side of a lone power-of-two size. Grid
@@ -301,7 +347,7 @@ fn legend(area: &DrawingArea<SVGBackend, Shift>, all: &[Series]) -> Result<(), B
     for s in all {
         area.draw(&PathElement::new(sample(y), s.line))?;
         area.draw(&Circle::new((24, y), 3, s.line))?;
-        area.draw(&Text::new(s.dtype, (46, y), &text))?;
+        area.draw(&Text::new(s.label.as_str(), (46, y), &text))?;
         y += 20;
         if !s.ceiling.is_empty() {
             area.draw(&DashedPathElement::new(sample(y), 6, 4, s.dashes))?;
@@ -337,20 +383,26 @@ pub fn markdown(records: &[Record], device: &str, date: &str) -> String {
         device = escape_markdown(device)
     );
     let ops = ops(records);
+    let mut behind = Vec::new();
     for &op in &ops {
         out.push('\n');
         table(&mut out, records, op);
+        peer_table(&mut out, records, op, &mut behind);
     }
     let weakest: Vec<String> = ops.iter().filter_map(|op| weakest(records, op)).collect();
     let weakest = if weakest.is_empty() { "none measured".to_string() } else { weakest.join("; ") };
     let _ = writeln!(out, "\nWeakest per op: {weakest}.");
+    if records.iter().any(|r| !is_rill(&r.implementation)) {
+        let behind = if behind.is_empty() { "none".to_string() } else { behind.join("; ") };
+        let _ = writeln!(out, "\nBehind the best peer: {behind}.");
+    }
     out
 }
 
 /// "### op", then the table: shapes grouped by rows (in order of appearance) and sorted by
 /// size within a group, so each sweep reads top to bottom.
 fn table(out: &mut String, records: &[Record], op: &str) {
-    let mine: Vec<&Record> = records.iter().filter(|r| r.op == op).collect();
+    let mine: Vec<&Record> = records.iter().filter(|r| r.op == op && is_rill(&r.implementation)).collect();
     let dtypes = distinct(mine.iter().map(|r| r.dtype.as_str()));
     let with_path = mine.iter().any(|r| !r.path.is_empty() && r.path != "-");
     let groups = distinct(mine.iter().map(|r| leading(r)));
@@ -376,6 +428,48 @@ fn table(out: &mut String, records: &[Record], op: &str) {
     }
 }
 
+/// Where `op` has peers, "#### op against the peers" and a table with a row per shape and
+/// dtype: GB/s of rill and of each peer, the best peer's, and rill's ratio to it; the shapes
+/// where rill is behind are added to `behind`.
+fn peer_table(out: &mut String, records: &[Record], op: &str, behind: &mut Vec<String>) {
+    let implementations = implementations(records, op);
+    if implementations.len() < 2 {
+        return;
+    }
+    let rill: Vec<&Record> = records.iter().filter(|r| r.op == op && is_rill(&r.implementation)).collect();
+    let names: String = implementations.iter().map(|name| format!(" {} |", escape_markdown(name))).collect();
+    let _ = writeln!(out, "\n#### {} against the peers (GB/s)\n", escape_markdown(op));
+    let _ = writeln!(out, "| shape | dtype |{names} best peer | rill / best |");
+    let _ = writeln!(out, "|---|---|{}---:|---:|", "---:|".repeat(implementations.len()));
+    for mine in rill {
+        let gbps = |name: &str| {
+            records
+                .iter()
+                .find(|r| r.op == op && r.implementation == name && r.dtype == mine.dtype && r.shape == mine.shape)
+                .map(|r| r.gbps)
+                .filter(|gbps| gbps.is_finite())
+        };
+        let cells: String =
+            implementations.iter().map(|name| gbps(name).map_or(" - |".into(), |g| format!(" {g:.0} |"))).collect();
+        let best = implementations[1..]
+            .iter()
+            .filter_map(|name| gbps(name))
+            .fold(None, |best: Option<f64>, g| Some(best.map_or(g, |b| b.max(g))));
+        let (shape, dtype) = (shape_cell(&mine.shape), escape_markdown(&mine.dtype));
+        let (best_cell, ratio_cell) = match best {
+            Some(best) => {
+                let ratio = mine.gbps / best;
+                if ratio < 1.0 {
+                    behind.push(format!("{} {dtype} {shape} ({ratio:.2}x)", escape_markdown(op)));
+                }
+                (format!("{best:.0}"), format!("{ratio:.2}"))
+            }
+            None => ("-".into(), "-".into()),
+        };
+        let _ = writeln!(out, "| {shape} | {dtype} |{cells} {best_cell} | {ratio_cell} |");
+    }
+}
+
 /// "2^24" for a power-of-two length, "16777215" otherwise, "49152 × 1024" for row ops.
 fn shape_cell(shape: &[usize]) -> String {
     match shape {
@@ -398,7 +492,7 @@ fn path_cell(dtypes: &[&str], cells: &[Option<&Record>]) -> String {
 fn weakest(records: &[Record], op: &str) -> Option<String> {
     let worst = records
         .iter()
-        .filter(|r| r.op == op && r.of_copy.is_finite())
+        .filter(|r| r.op == op && is_rill(&r.implementation) && r.of_copy.is_finite())
         .min_by(|a, b| a.of_copy.total_cmp(&b.of_copy))?;
     let (op, dtype, shape) = (escape_markdown(op), escape_markdown(&worst.dtype), shape_cell(&worst.shape));
     Some(format!("{op} {dtype} {shape} at {:.1}% of copy", 100.0 * worst.of_copy))
@@ -534,6 +628,7 @@ mod tests {
             micros: 1.5,
             gbps: 0.0,
             of_copy: 12.25,
+            implementation: "torch.compile".into(),
         };
         assert_eq!(parse(&to_json(std::slice::from_ref(&record)).unwrap()).unwrap(), vec![record]);
     }
@@ -698,6 +793,57 @@ mod tests {
         assert!(text.contains("| f32: warp path: 32 lanes/row; f16: warp path: 32 lanes/row, pack 8 |"));
         let last = text.lines().last().unwrap();
         assert_eq!(last, "Weakest per op: gelu f16 2^24 at 92.8% of copy; softmax f32 4096 × 65536 at 70.0% of copy.");
+    }
+
+    /// The sample with two peers at some of softmax's shapes: Liger ahead at f16 49152 × 1024.
+    fn with_peers() -> Vec<Record> {
+        let mut records = sample();
+        let peer = |implementation: &str, of: usize, gbps: f64| Record {
+            implementation: implementation.into(),
+            path: "-".into(),
+            gbps,
+            ..records[of].clone()
+        };
+        let peers = [peer("Liger", 11, 2500.0), peer("torch.compile", 11, 1200.0), peer("Liger", 9, 2000.0)];
+        records.extend(peers);
+        records
+    }
+
+    #[test]
+    fn peers_get_a_table_per_op_and_the_shapes_rill_is_behind() {
+        let text = markdown(&with_peers(), "NVIDIA H100", "2026-11-24");
+        assert!(!text.contains("#### gelu"), "an op without peers has no peer table");
+        let peers = text.find("#### softmax against the peers (GB/s)").expect(&text);
+        assert!(text[peers..].contains("| shape | dtype | rill | Liger | torch.compile | best peer | rill / best |"));
+        for row in [
+            "| 49152 × 1024 | f16 | 2138 | 2500 | 1200 | 2500 | 0.86 |",
+            "| 49152 × 1024 | f32 | 2939 | 2000 | - | 2000 | 1.47 |",
+        ] {
+            assert!(text[peers..].contains(row), "{row}\n{text}");
+        }
+        assert!(text[peers..].contains("| 49152 × 32 | f32 | 1634 | - | - | - | - |"), "{text}");
+        // The dtype tables and the weakest line stay rill's own.
+        assert!(text.contains("| 49152 × 1024 | 2939 (99.1%) | 2138 (74.4%) |"), "{text}");
+        assert!(
+            text.contains("Weakest per op: gelu f16 2^24 at 92.8% of copy; softmax f32 4096 × 65536 at 70.0% of copy.")
+        );
+        assert_eq!(text.lines().last().unwrap(), "Behind the best peer: softmax f16 49152 × 1024 (0.86x).");
+        assert!(!markdown(&sample(), "H100", "today").contains("Behind the best peer"));
+    }
+
+    #[test]
+    fn plots_have_a_line_per_implementation() {
+        let plots = plots(&with_peers(), "H100").unwrap();
+        let softmax = &plots.iter().find(|(name, _)| name == "softmax.svg").unwrap().1;
+        assert_well_formed(softmax);
+        for label in ["rill f32", "rill f16", "Liger f32", "Liger f16", "torch.compile f16", "f32 copy (ceiling)"] {
+            assert!(softmax.contains(&format!(">\n{label}\n<")), "{label}");
+        }
+        assert!(!softmax.contains("Liger f16 copy"), "peers have no ceiling of their own");
+        // rill's 3 points and 2 legend markers as before, 3 peer points and 3 legend markers.
+        assert_eq!(softmax.matches("<circle").count(), 5 + 6);
+        let gelu = &plots.iter().find(|(name, _)| name == "gelu.svg").unwrap().1;
+        assert!(gelu.contains(">\nf32\n<") && !gelu.contains("rill f32"), "no peers: dtypes only");
     }
 
     #[test]

@@ -102,6 +102,23 @@ impl<T: Scalar, const N: usize> Pack<T, N> {
         }
     }
 
+    /// The pack of `values`, each rounded to `T` ([`Scalar::from_f32`]); 16-bit lanes two
+    /// at a time ([`Scalar::pair_from_f32`]).
+    #[inline(always)]
+    pub fn from_f32(values: [f32; N]) -> Self {
+        let mut pack = Self::new();
+        if T::BYTES == 2 && N >= 2 {
+            unroll::<N>(|i| {
+                if i % 2 == 0 {
+                    pack.set_pair(i / 2, T::pair_from_f32(values[i], values[i + 1]));
+                }
+            });
+        } else {
+            unroll::<N>(|i| pack.set(i, T::from_f32(values[i])));
+        }
+        pack
+    }
+
     /// Lanes `2i` and `2i+1` of a 16-bit pack, as one word.
     #[inline(always)]
     pub fn pair(&self, i: usize) -> u32 {
@@ -357,12 +374,8 @@ impl<T: Scalar, const N: usize> Load<N> for StreamLoad<T> {
 impl<T: Scalar, const N: usize> Store<N> for DirectStore<T> {
     #[inline(always)]
     unsafe fn store(&self, values: [f32; N], row: u64, col: u64) {
-        let mut pack = Pack::<T, N>::new();
-        for (lane, &value) in values.iter().enumerate() {
-            pack.set(lane, T::from_f32(value));
-        }
         // SAFETY: forwarded to the caller.
-        unsafe { pack.store(self.0.base, self.0.pack_index::<N>(row, col)) }
+        unsafe { Pack::<T, N>::from_f32(values).store(self.0.base, self.0.pack_index::<N>(row, col)) }
     }
 }
 

@@ -41,6 +41,13 @@ pub trait Scalar: Copy + 'static {
         b | (b << 16)
     }
 
+    /// `lo` and `hi` as the two lanes of a word (`lo` low), rounded as [`Scalar::from_f32`]
+    /// rounds each; only for 16-bit types, whose device forms convert both at once.
+    #[inline(always)]
+    fn pair_from_f32(lo: f32, hi: f32) -> u32 {
+        Self::from_f32(lo).to_bits() | (Self::from_f32(hi).to_bits() << 16)
+    }
+
     /// `a * b + c` on two packed lanes, rounded once per lane, where the type has it.
     #[inline(always)]
     fn fma_pair(_a: u32, _b: u32, _c: u32) -> Option<u32> {
@@ -96,6 +103,11 @@ impl Scalar for f16 {
     }
     #[cfg(target_arch = "nvptx64")]
     #[inline(always)]
+    fn pair_from_f32(lo: f32, hi: f32) -> u32 {
+        crate::arch::f32_pair_to_f16x2(hi.to_bits(), lo.to_bits())
+    }
+    #[cfg(target_arch = "nvptx64")]
+    #[inline(always)]
     fn fma_pair(a: u32, b: u32, c: u32) -> Option<u32> {
         Some(crate::arch::fma_f16x2(a, b, c))
     }
@@ -131,6 +143,11 @@ impl Scalar for bf16 {
     fn splat_pair(x: f32) -> u32 {
         let b = bf16_bits_round_to_nearest_even(x) as u32;
         b | (b << 16)
+    }
+    #[cfg(target_arch = "nvptx64")]
+    #[inline(always)]
+    fn pair_from_f32(lo: f32, hi: f32) -> u32 {
+        crate::arch::f32_pair_to_bf16x2(hi.to_bits(), lo.to_bits())
     }
     #[cfg(target_arch = "nvptx64")]
     #[inline(always)]

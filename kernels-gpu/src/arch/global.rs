@@ -92,3 +92,14 @@ vector_store!(
     GlobalAddr,
     reg64
 );
+
+/// Starts reading the line holding `addr` into L1 (`prefetch.L1`), so a read of it a little
+/// later hits there. A hint: nothing comes back and nothing waits for it.
+///
+/// # Safety
+/// `addr` must be a generic address inside an allocation of global memory.
+#[inline(always)]
+pub unsafe fn prefetch_l1(addr: u64) {
+    // SAFETY: forwarded to the caller; the instruction writes nothing.
+    unsafe { asm!("prefetch.L1 [{p}];", p = in(reg64) addr, options(readonly, nostack)) }
+}

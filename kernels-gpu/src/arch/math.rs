@@ -146,4 +146,18 @@ mod packed {
         "max.NaN.bf16x2 {d}, {a}, {b};",
         (a, b)
     );
+    paired!(
+        /// The f32s of bits `hi` and `lo` as two bf16 lanes (`lo` the low one), each rounded
+        /// to nearest even: one instruction where lane by lane took a conversion each and a
+        /// merge.
+        f32_pair_to_bf16x2,
+        "cvt.rn.bf16x2.f32 {d}, {hi}, {lo};",
+        (hi, lo)
+    );
+    paired!(
+        /// The f32s of bits `hi` and `lo` as two f16 lanes, as [`f32_pair_to_bf16x2`].
+        f32_pair_to_f16x2,
+        "cvt.rn.f16x2.f32 {d}, {hi}, {lo};",
+        (hi, lo)
+    );
 }

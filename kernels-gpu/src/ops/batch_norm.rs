@@ -190,10 +190,8 @@ impl<T: Scalar> Flat<T> {
     /// As [`Flat::load`], for a writable array.
     #[inline(always)]
     unsafe fn store<const P: usize>(&self, i: u64, values: [f32; P]) {
-        let mut pack = Pack::<T, P>::new();
-        unroll::<P>(|j| pack.set(j, T::from_f32(values[j])));
         // SAFETY: forwarded.
-        unsafe { pack.store(self.base, i / P as u64) }
+        unsafe { Pack::<T, P>::from_f32(values).store(self.base, i / P as u64) }
     }
 }
 

@@ -7,7 +7,7 @@ use crate::arch::{GlobalAddr, block_dim_x, block_idx_x, grid_dim_x, thread_idx_x
 use crate::functor::Functor;
 use crate::pack::Pack;
 use crate::scalar::Scalar;
-use crate::unroll::unroll;
+use crate::unroll::{unroll, unrolled_array};
 use core::num::NonZeroU64;
 
 /// Runs functor `F` over `args`, with the pack size the host chose.
@@ -80,25 +80,21 @@ unsafe fn packs<F: Functor<K>, I: Scalar, O: Scalar, const K: usize, const N: us
 }
 
 /// The functor over one pack: two lanes at a time where input and output share a 16-bit
-/// type and the functor has a paired form, else lane by lane in f32.
+/// type and the functor has a paired form, else in f32 (16-bit outputs converted two lanes
+/// at a time).
 #[inline(always)]
 fn apply<F: Functor<K>, I: Scalar, O: Scalar, const K: usize, const N: usize>(x: &[Pack<I, N>; K]) -> Pack<O, N> {
-    let lane = |lane: usize| O::from_f32(F::apply(core::array::from_fn(|k| x[k].get_f32(lane))));
-    let mut y = Pack::<O, N>::new();
+    let value = |lane: usize| F::apply(core::array::from_fn(|k| x[k].get_f32(lane)));
     if I::BYTES == 2 && I::DTYPE as u8 == O::DTYPE as u8 && N >= 2 {
+        let mut y = Pack::<O, N>::new();
         unroll::<N>(|i| {
             if i % 2 == 0 {
-                match F::apply_pair::<I>(core::array::from_fn(|k| x[k].pair(i / 2))) {
-                    Some(word) => y.set_pair(i / 2, word),
-                    None => {
-                        y.set(i, lane(i));
-                        y.set(i + 1, lane(i + 1));
-                    }
-                }
+                let pair = F::apply_pair::<I>(core::array::from_fn(|k| x[k].pair(i / 2)));
+                y.set_pair(i / 2, pair.unwrap_or_else(|| O::pair_from_f32(value(i), value(i + 1))));
             }
         });
+        y
     } else {
-        unroll::<N>(|i| y.set(i, lane(i)));
+        Pack::from_f32(unrolled_array(value))
     }
-    y
 }

@@ -288,20 +288,41 @@ pub struct CausalLoad<T> {
     scale: f32,
 }
 
+impl<T: Scalar> CausalLoad<T> {
+    /// How many of the pack at `col` the query of `row` sees (0 to `N`).
+    #[inline(always)]
+    fn visible<const N: usize>(&self, row: u64, col: u64) -> u32 {
+        let last = row % self.period;
+        if col > last { 0 } else { (last - col + 1).min(N as u64) as u32 }
+    }
+
+    /// The first `visible` of `x` scaled, the rest `-inf`: compared with the lane's constant
+    /// index, in 32 bits (64-bit column compares a lane cost the warp tiers 30 registers).
+    #[inline(always)]
+    fn mask<const N: usize>(&self, x: [f32; N], visible: u32) -> [f32; N] {
+        unrolled_array(|j| if (j as u32) < visible { x[j] * self.scale } else { f32::NEG_INFINITY })
+    }
+}
+
 impl<T: Scalar, const N: usize> Load<N> for CausalLoad<T> {
-    type Fetched = Pack<T, N>;
+    /// The pack and how many of it the query sees, found once as it is fetched.
+    type Fetched = (Pack<T, N>, u32);
     type Exact = T;
 
+    /// A pack wholly past the query's last key is masked whole, so the row's first aligned
+    /// pack (column `col % N`: 0, or the head of a phased row) is read in its place: an L1 hit,
+    /// and DRAM reads only the keys the query sees. The load stays unconditional (a
+    /// predicated one merged with a fill made ptxas wait on each).
     #[inline(always)]
-    unsafe fn fetch(&self, row: u64, col: u64) -> Pack<T, N> {
-        // SAFETY: forwarded.
-        unsafe { self.x.fetch(row, col) }
+    unsafe fn fetch(&self, row: u64, col: u64) -> (Pack<T, N>, u32) {
+        let visible = self.visible::<N>(row, col);
+        // SAFETY: forwarded; column `col % N` starts an aligned pack of the same row.
+        (unsafe { self.x.fetch(row, if visible > 0 { col } else { col % N as u64 }) }, visible)
     }
 
     #[inline(always)]
-    unsafe fn convert(&self, x: Pack<T, N>, row: u64, col: u64) -> [f32; N] {
-        // SAFETY: forwarded.
-        unsafe { self.transform(x.to_f32(), row, col) }
+    unsafe fn convert(&self, (x, visible): (Pack<T, N>, u32), _row: u64, _col: u64) -> [f32; N] {
+        self.mask(x.to_f32(), visible)
     }
 
     #[inline(always)]
@@ -311,8 +332,7 @@ impl<T: Scalar, const N: usize> Load<N> for CausalLoad<T> {
 
     #[inline(always)]
     unsafe fn transform(&self, x: [f32; N], row: u64, col: u64) -> [f32; N] {
-        let last = row % self.period;
-        unrolled_array(|j| if col + j as u64 <= last { x[j] * self.scale } else { f32::NEG_INFINITY })
+        self.mask(x, self.visible::<N>(row, col))
     }
 }
 
@@ -414,6 +434,15 @@ impl<T: Scalar, const P: usize> RowOutput<P> for CrossEntropyGrad<T> {
             CrossEntropyGradRow { out: self.out, target: target.unwrap_or(u64::MAX), scale }
         }
     }
+
+    #[inline(always)]
+    unsafe fn prefetch(&self, row: u64) {
+        // SAFETY: target and dloss hold one element per row.
+        unsafe {
+            crate::arch::prefetch_l1(self.target.add(row as usize) as u64);
+            crate::arch::prefetch_l1(self.dloss.add(row as usize) as u64);
+        }
+    }
 }
 
 /// [`CrossEntropyGrad`] for one row: its target column (`u64::MAX` for none) and scale.
@@ -426,8 +455,11 @@ pub struct CrossEntropyGradRow<T> {
 impl<T: Scalar, const N: usize> Store<N> for CrossEntropyGradRow<T> {
     #[inline(always)]
     unsafe fn store(&self, values: [f32; N], row: u64, col: u64) {
-        let (t, scale) = (self.target, self.scale);
-        let grad: [f32; N] = unrolled_array(|j| (values[j] - if col + j as u64 == t { 1.0 } else { 0.0 }) * scale);
+        // The target's lane in this pack, if any, compared with each lane's constant index in 32
+        // bits (64-bit column compares cost the warp tiers up to 30 registers).
+        let lane = self.target.wrapping_sub(col);
+        let lane = if lane < N as u64 { lane as u32 } else { u32::MAX };
+        let grad: [f32; N] = unrolled_array(|j| (values[j] - if j as u32 == lane { 1.0 } else { 0.0 }) * self.scale);
         // SAFETY: forwarded.
         unsafe { self.out.store(grad, row, col) }
     }

@@ -284,6 +284,16 @@ pub(crate) trait RowOutput<const P: usize> {
     /// # Safety
     /// `row` must be a row of the view.
     unsafe fn row(&self, row: u64) -> Self::Row;
+
+    /// Starts reading what [`RowOutput::row`] reads for `row`, as the row's loads are issued,
+    /// on the paths that call `row` only after the row's reductions (warp, uncached): the
+    /// reads then hit L1 instead of putting DRAM latency after the reductions, and no
+    /// register is held across the row. Nothing to read by default.
+    ///
+    /// # Safety
+    /// As [`RowOutput::row`].
+    #[inline(always)]
+    unsafe fn prefetch(&self, _row: u64) {}
 }
 
 impl<S: Store<P> + StoreOne + Copy, const P: usize> RowOutput<P> for S {
@@ -356,6 +366,13 @@ where
         // SAFETY (block): loads and stores stay in range (warp_load, warp_store), and the whole
         // warp runs the same iterations.
         at.for_each_access(shape.rows, |first| unsafe {
+            if O::ELEMENTS {
+                unroll::<2>(|r| {
+                    if at.holds::<E>(r, first, shape.rows) {
+                        outputs.prefetch(first + r as u64);
+                    }
+                });
+            }
             let mut buf = warp_load::<L, P, E>(load, &at, first, shape, O::Center::IDENTITY);
             let center = if op.centers() {
                 warp_row_reduce::<O::Center, E>(|r, i| buf[r][i], at.width).map(|total| op.center(total))
@@ -449,6 +466,9 @@ where
         split.rows::<P, PHASED>(shape, |at| unsafe {
             let (row, slice) = (at.row, slice.in_row(at));
             let edge = split.edge::<P, PHASED>(shape, at).map(|col| (col, load.load_one(row, col)));
+            if O::ELEMENTS {
+                outputs.prefetch(row);
+            }
             let stats = op.streamed_stats(split, &StreamedPass { load, row, slice, edge: edge.map(|e| e.1) });
             if thread_idx_x() == 0 && split.leads() {
                 op.write_row(load, row, stats);
