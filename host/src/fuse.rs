@@ -349,7 +349,7 @@ impl<E: Copy, G: Element> FusedNorm<'_, E, G> {
     ) -> Result<Plan> {
         let args = FusedArgs { op: NormArgs { eps, ..NormArgs::default() }, extra };
         let mut call = self.rows.call(stream, (rows, cols), arrays, args)?;
-        call.column_bytes = parts.fill(&self.rows.name, kind, (rows, cols), &mut call.args.op, &mut call.arrays)?;
+        call.column_bytes = parts.fill(&self.rows.name, kind, (rows, cols), &mut call.args.op, &mut call.columns)?;
         call.run()
     }
 }

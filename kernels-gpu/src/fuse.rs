@@ -48,9 +48,8 @@ pub use crate::table::RowPath;
 /// given).
 #[inline(always)]
 pub unsafe fn row_view<T: Scalar>(address: u64, shape: &RowShape, path: RowPath) -> RowMajor<T> {
-    let first = if path.phased() { shape.phase as u64 } else { 0 };
     // SAFETY: forwarded to the caller.
-    unsafe { RowMajor::<T>::past_boundary(address, shape.cols, first) }
+    unsafe { crate::ops::rows::row_view(address, shape, path) }
 }
 
 /// Softmax over the rows `load` reads, written through `store`: rill's softmax body on

@@ -420,6 +420,26 @@ impl<T: Scalar> ColumnLoad<T> {
         ColumnWords { words, _element: PhantomData }
     }
 
+    /// As [`ColumnLoad::fetch`] from any column: an access per element, for rows run from
+    /// their heads (the phased paths), whose packs start at any column of the vector. Every
+    /// row reads the vector again, so these hit L1.
+    ///
+    /// # Safety
+    /// The elements must be inside the vector.
+    #[inline(always)]
+    pub unsafe fn fetch_unaligned<const N: usize>(&self, col: u64) -> ColumnWords<T, N> {
+        let (per_access, per_word) = (PACK_BYTES / T::BYTES, 4 / T::BYTES);
+        let mut words = [[0; 4]; 2];
+        unroll::<N>(|j| {
+            let at = self.base.offset((col + j as u64) * T::BYTES as u64);
+            // SAFETY: one element inside the vector, aligned to its size.
+            let [lane, ..] = unsafe { load_global_nc(at, T::BYTES) };
+            let k = j % per_access;
+            words[j / per_access][k / per_word] |= lane << lane_shift::<T>(k);
+        });
+        ColumnWords { words, _element: PhantomData }
+    }
+
     /// Elements `col..col + N` as f32.
     ///
     /// # Safety

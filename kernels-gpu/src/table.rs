@@ -278,7 +278,9 @@ softmax_kernels!(kinds declare_softmax_kinds);
 
 /// Every norm row kernel: the forwards for each (x, y, gamma/beta) dtype triple, output
 /// casts included; the backward for the triples whose output is the input dtype; each
-/// path; the widest pack and pack 1. Modes as [`softmax_kernels!`]; entries are
+/// path at the widest pack and pack 1; the forwards' phased block paths (odd widths run from
+/// each row's head) at the widest pack, for the triples whose rows share one dtype (the
+/// host phases only rows of one element size). Modes as [`softmax_kernels!`]; entries are
 /// `(Kind kind Path path x y param pack)`.
 #[macro_export]
 macro_rules! norm_kernels {
@@ -290,40 +292,56 @@ macro_rules! norm_kernels {
             [(Backward backward)]
             [(f32 f32 f32 4) (f16 f16 f16 8) (f16 f16 f32 8) (bf16 bf16 bf16 8) (bf16 bf16 f32 8)]
             [(Warp8 warp8) (Warp16 warp16) (Warp24 warp24) (Warp32 warp32) (Shared shared) (Uncached uncached)]
-            [(Cluster cluster)]);
+            [(SharedPhased shared_phased) (UncachedPhased uncached_phased)]
+            [(Cluster cluster)]
+            [(ClusterPhased cluster_phased)]);
     };
     (@lists kinds $apply:ident [$($forward:tt)*] $forward_types:tt [$($backward:tt)*] $($lists:tt)*) => {
         $apply!($($forward)* $($backward)*);
     };
-    (@lists main $apply:ident $forward:tt $forward_types:tt $backward:tt $backward_types:tt $paths:tt $cluster:tt) => {
-        $crate::norm_kernels!(@kinds $apply [] [($forward $forward_types) ($backward $backward_types)] $paths);
+    (@lists main $apply:ident $forward:tt $forward_types:tt $backward:tt $backward_types:tt $paths:tt $phased:tt
+        $cluster:tt $cluster_phased:tt) => {
+        $crate::norm_kernels!(@kinds $apply []
+            [($forward $forward_types $paths $backward_types $phased) ($backward $backward_types $paths [] [])]);
     };
-    (@lists cluster $apply:ident $forward:tt $forward_types:tt $backward:tt $backward_types:tt $paths:tt $cluster:tt) => {
-        $crate::norm_kernels!(@kinds $apply [] [($forward $forward_types) ($backward $backward_types)] $cluster);
+    (@lists cluster $apply:ident $forward:tt $forward_types:tt $backward:tt $backward_types:tt $paths:tt $phased:tt
+        $cluster:tt $cluster_phased:tt) => {
+        $crate::norm_kernels!(@kinds $apply []
+            [($forward $forward_types $cluster $backward_types $cluster_phased)
+             ($backward $backward_types $cluster [] [])]);
     };
     (@lists all $apply:ident $forward:tt $forward_types:tt $backward:tt $backward_types:tt [$($path:tt)*]
-        [$($cluster:tt)*]) => {
-        $crate::norm_kernels!(@kinds $apply [] [($forward $forward_types) ($backward $backward_types)]
-            [$($path)* $($cluster)*]);
+        [$($phased:tt)*] [$($cluster:tt)*] [$($cluster_phased:tt)*]) => {
+        $crate::norm_kernels!(@kinds $apply []
+            [($forward $forward_types [$($path)* $($cluster)*] $backward_types [$($phased)* $($cluster_phased)*])
+             ($backward $backward_types [$($path)* $($cluster)*] [] [])]);
     };
-    // One group of kinds at a time, each kind on each path ...
-    (@kinds $apply:ident [$($out:tt)*] [] $paths:tt) => {
+    // One group of kinds at a time: each kind on each path at both packs, on each phased
+    // path at the widest ...
+    (@kinds $apply:ident [$($out:tt)*] []) => {
         $crate::norm_kernels!(@types $apply [] [$($out)*]);
     };
-    (@kinds $apply:ident [$($out:tt)*] [([$($kind:tt)*] $types:tt) $($groups:tt)*] $paths:tt) => {
-        $crate::norm_kernels!(@kinds $apply [$($out)* $(($kind $paths $types))*] [$($groups)*] $paths);
+    (@kinds $apply:ident [$($out:tt)*]
+        [([$($kind:tt)*] $types:tt $paths:tt $phased_types:tt $phased:tt) $($groups:tt)*]) => {
+        $crate::norm_kernels!(@kinds $apply
+            [$($out)* $(($kind $paths $types both) ($kind $phased $phased_types widest))*] [$($groups)*]);
     };
-    // ... then each (kind, path) at each dtype triple and both packs.
+    // ... then each (kind, path) at each dtype triple.
     (@types $apply:ident [$($out:tt)*] []) => {
         $apply! { $($out)* }
     };
-    (@types $apply:ident [$($out:tt)*] [($kind:tt [] $types:tt) $($rest:tt)*]) => {
+    (@types $apply:ident [$($out:tt)*] [($kind:tt [] $types:tt $packs:ident) $($rest:tt)*]) => {
         $crate::norm_kernels!(@types $apply [$($out)*] [$($rest)*]);
     };
     (@types $apply:ident [$($out:tt)*] [(($K:ident $k:ident) [($P:ident $p:ident) $($paths:tt)*]
-        [$(($x:ident $y:ident $g:ident $w:literal))*]) $($rest:tt)*]) => {
+        [$(($x:ident $y:ident $g:ident $w:literal))*] both) $($rest:tt)*]) => {
         $crate::norm_kernels!(@types $apply [$($out)* $(($K $k $P $p $x $y $g $w) ($K $k $P $p $x $y $g 1))*]
-            [(($K $k) [$($paths)*] [$(($x $y $g $w))*]) $($rest)*]);
+            [(($K $k) [$($paths)*] [$(($x $y $g $w))*] both) $($rest)*]);
+    };
+    (@types $apply:ident [$($out:tt)*] [(($K:ident $k:ident) [($P:ident $p:ident) $($paths:tt)*]
+        [$(($x:ident $y:ident $g:ident $w:literal))*] widest) $($rest:tt)*]) => {
+        $crate::norm_kernels!(@types $apply [$($out)* $(($K $k $P $p $x $y $g $w))*]
+            [(($K $k) [$($paths)*] [$(($x $y $g $w))*] widest) $($rest)*]);
     };
 }
 

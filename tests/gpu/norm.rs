@@ -424,10 +424,14 @@ impl Checks {
 
     /// The launch ran the plan its call planned plan-only, on the forced path (else the
     /// dispatcher's, as the plan-only call gave it), with the widest pack unless a row
-    /// length or an address rules it out.
-    fn plan(&mut self, plans: &Plans, at: &At, widest: usize) {
-        let pack = if at.cols.is_multiple_of(widest) && at.offsets == ALIGNED { widest } else { 1 };
+    /// length or an address rules it out. Where `from_heads` (a forward whose rows share a
+    /// dtype), the block paths run rows whose arrays share an offset from their heads, in
+    /// the widest packs, whatever the width and the weight's offset.
+    fn plan(&mut self, plans: &Plans, at: &At, widest: usize, from_heads: bool) {
         let Plans { predicted, launched } = plans;
+        let aligned = at.cols.is_multiple_of(widest) && at.offsets == ALIGNED;
+        let shared_phase = from_heads && at.offsets.input % widest == at.offsets.output % widest;
+        let pack = if aligned || (shared_phase && launched.kind() != PathKind::Warp) { widest } else { 1 };
         let want = at.path.unwrap_or(predicted.kind());
         if launched != predicted || launched.kind() != want || launched.pack != pack {
             self.fail(format!(
@@ -568,7 +572,7 @@ fn forward_case<T: Element, U: Element, G: Element>(suite: &mut Suite, spec: Spe
             ForwardInputs { x: &x, residual: residual.as_deref(), weight: weight.as_deref(), bias: bias.as_deref() };
         let (plans, run) = with_forward::<T, U, G, _>(suite, &spec, &at, inputs, |call| Plans::of(&at, call))?;
         let mut checks = Checks::new(limit);
-        checks.plan(&plans, &at, max_pack(size_of::<T>(), size_of::<U>()));
+        checks.plan(&plans, &at, max_pack(size_of::<T>(), size_of::<U>()), size_of::<T>() == size_of::<U>());
 
         let input: Vec<f64> = match &residual {
             Some(r) => f64s(&residual_sum(&x, r)),
@@ -617,7 +621,14 @@ fn forward_case<T: Element, U: Element, G: Element>(suite: &mut Suite, spec: Spe
         if let Some(rstd) = &run.rstd {
             let got = checks.output("rstd", rstd, at.offsets.output);
             let want: Vec<f64> = stats.iter().map(|s| s.1).collect();
-            checks.compare("rstd", got, &want, stats_tolerance, |_| f32::MIN_POSITIVE as f64);
+            // A row whose spread is small against its mean loses about `|mean| * rstd` f32
+            // roundings of rstd to the mean's own rounding (rows of two near-equal elements:
+            // 1e-5 at a ratio of 300), which no order of summation avoids.
+            let conditioned = |r: usize| {
+                let (mean, rstd) = stats[r];
+                rstd.abs() * (MEAN_ROUNDING * mean.abs() * rstd / stats_tolerance).max(1.0)
+            };
+            checks.compare("rstd", got, &want, stats_tolerance, conditioned);
         }
         Ok(checks.measured(&plans.launched))
     });
@@ -806,7 +817,7 @@ fn backward_case<T: Element, G: Element>(suite: &mut Suite, spec: Spec, at: At, 
         let inputs = BackwardInputs { x: &x, dy: &dy, stats: &stats, weight: weight.as_deref() };
         let (plans, run) = with_backward::<T, G, _>(suite, &spec, &at, inputs, |call| Plans::of(&at, call))?;
         let mut checks = Checks::new(limit);
-        checks.plan(&plans, &at, max_pack(size_of::<T>(), size_of::<T>()));
+        checks.plan(&plans, &at, max_pack(size_of::<T>(), size_of::<T>()), false);
 
         let (dy64, w) = (f64s(&dy), weight.as_deref().map(f64s));
         let want = norm_backward_rows(&x64, &dy64, cols, &stats, spec.rms(), w.as_deref());

@@ -318,7 +318,7 @@ impl<'a, G: Element> NormParts<'a, G> {
     }
 
     /// Checks these parts against a forward of `kind` over `rows x cols`, and writes them
-    /// into `args` (with `1 / cols`) and their per-column arrays into `arrays`; returns the
+    /// into `args` (with `1 / cols`) and their per-column arrays into `columns`; returns the
     /// bytes of weight and bias every row reads.
     pub(crate) fn fill(
         &self,
@@ -326,7 +326,7 @@ impl<'a, G: Element> NormParts<'a, G> {
         kind: NormKind,
         (rows, cols): (usize, usize),
         args: &mut NormArgs,
-        arrays: &mut Vec<(u64, usize)>,
+        columns: &mut Vec<(u64, usize)>,
     ) -> Result<u32> {
         let Params { weight, bias } = &self.params;
         if !(args.eps.is_finite() && args.eps >= 0.0) {
@@ -336,14 +336,14 @@ impl<'a, G: Element> NormParts<'a, G> {
         args.inv_cols = (1.0 / cols as f64) as f32;
         if let Some(weight) = weight {
             args.gamma = column(op, "the weight", weight, cols)?;
-            arrays.push((args.gamma, size_of::<G>()));
+            columns.push((args.gamma, size_of::<G>()));
         }
         if let Some(bias) = bias {
             if kind == NormKind::RmsNorm {
                 invalid!("`{op}` has no bias; drop it (RMSNorm only scales)");
             }
             args.beta = column(op, "the bias", bias, cols)?;
-            arrays.push((args.beta, size_of::<G>()));
+            columns.push((args.beta, size_of::<G>()));
         }
         if let Some(mean) = &self.mean {
             if kind == NormKind::RmsNorm {
@@ -470,9 +470,11 @@ impl Norm {
         }
         let parts = NormParts { params: Params { weight, bias }, mean: call.mean, rstd: call.rstd };
         // The shared path caches x as its own dtype, as the call's default has it (a residual
-        // sum is rounded to it); the norm kernels have no unaligned edges (gamma and beta are
-        // per column), so rows never run from their heads.
-        row.column_bytes = parts.fill(op, kind, (rows, cols), &mut row.args, &mut row.arrays)?;
+        // sum is rounded to it).
+        row.column_bytes = parts.fill(op, kind, (rows, cols), &mut row.args, &mut row.columns)?;
+        // Rows of one dtype run from their heads where they share an offset (odd widths):
+        // the phased kernels read the weight and bias an element at a time.
+        row.phased = size_of::<T>() == size_of::<U>();
         // The residual add fills its cache through registers (it also writes the sum);
         // measured, it gains more from L1 for gamma and beta than from resident blocks.
         row.columns_before_blocks = call.residual.is_some();

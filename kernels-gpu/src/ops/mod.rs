@@ -3,7 +3,7 @@
 #[cfg(any(feature = "softmax", feature = "norm"))]
 #[cfg_attr(feature = "fuse", allow(dead_code))]
 #[macro_use]
-mod rows;
+pub(crate) mod rows;
 
 #[cfg(feature = "elementwise")]
 #[cfg_attr(feature = "fuse", allow(dead_code))]

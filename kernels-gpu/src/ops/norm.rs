@@ -16,7 +16,7 @@ use super::columns::{self, ColumnTerms, Columns};
 use super::rows::RowSplit;
 use super::rows::backward::{BackwardRows, RowGradient};
 use super::rows::forward::{Accumulate, ForwardRows, RowForward, RowPass};
-use crate::abi::{NormArgs, NormParamGradArgs};
+use crate::abi::{NormArgs, NormParamGradArgs, RowShape};
 use crate::arch::{GlobalAddr, load_global_nc, rcp, rsqrt};
 #[cfg(feature = "fuse")]
 use crate::pack::StoreOne;
@@ -44,8 +44,9 @@ impl Stats {
 /// constants, and the per-row outputs (null where not wanted). Gamma and beta are read by
 /// the bodies, not by a Store, so the uncached path can keep several packs of them in
 /// flight with the row's: read one by one inside each store, their L2 latency stalled
-/// its output pass.
-struct Forward<G> {
+/// its output pass. Rows on a phased `PATH` run from their heads, so a row's packs start at
+/// any column and gamma and beta are read an element at a time.
+struct Forward<G, const PATH: RowPath> {
     gamma: Option<ColumnLoad<G>>,
     beta: Option<ColumnLoad<G>>,
     mean: *mut f32,
@@ -58,7 +59,7 @@ struct Forward<G> {
     batched: bool,
 }
 
-impl<G: Scalar> Forward<G> {
+impl<G: Scalar, const PATH: RowPath> Forward<G, PATH> {
     /// # Safety
     /// Non-zero gamma and beta addresses must hold `cols` elements of `G`, aligned as
     /// [`ColumnLoad::new`] requires.
@@ -84,7 +85,7 @@ impl<G: Scalar> Forward<G> {
     }
 }
 
-impl<G: Scalar> RowForward for Forward<G> {
+impl<G: Scalar, const PATH: RowPath> RowForward for Forward<G, PATH> {
     type Stats = Stats;
     type Center = Sum;
     type Params<const P: usize> = (ColumnWords<G, P>, ColumnWords<G, P>);
@@ -137,16 +138,16 @@ impl<G: Scalar> RowForward for Forward<G> {
     /// The raw words of gamma and beta of columns `col..col + P` (unread where absent).
     ///
     /// # Safety
-    /// The columns must be inside the row, `col` a multiple of `P`.
+    /// The columns must be inside the row, `col` a multiple of `P` unless rows run from
+    /// their heads.
     #[inline(always)]
     unsafe fn fetch_params<const P: usize>(&self, col: u64) -> Self::Params<P> {
         // SAFETY: forwarded.
-        unsafe {
-            (
-                self.gamma.as_ref().map_or_else(Default::default, |g| g.fetch(col)),
-                self.beta.as_ref().map_or_else(Default::default, |b| b.fetch(col)),
-            )
-        }
+        let fetch = |v: &ColumnLoad<G>| unsafe { if PATH.phased() { v.fetch_unaligned(col) } else { v.fetch(col) } };
+        (
+            self.gamma.as_ref().map_or_else(Default::default, fetch),
+            self.beta.as_ref().map_or_else(Default::default, fetch),
+        )
     }
 
     /// The shared path fetches gamma and beta in batches of packs, or a pack at a time. Measured on the
@@ -176,19 +177,22 @@ impl<G: Scalar> RowForward for Forward<G> {
         }
     }
 
-    /// One read: RMSNorm sums squares; LayerNorm merges each pack's exact moments.
+    /// One read: RMSNorm sums squares; LayerNorm merges each pack's exact moments (and the
+    /// edge element's, on a row run from its head).
     #[inline(always)]
     unsafe fn streamed_stats<R: RowSplit, const P: usize>(&self, split: &R, pass: &impl RowPass<P>) -> Stats {
         // SAFETY: forwarded.
         unsafe {
             if self.rms {
                 let mut squares = Squares(0.0);
+                pass.edge().inspect(|&x| squares.add([x]));
                 pass.packs(&mut squares);
                 self.stats(0.0, split.all_reduce::<Sum>(squares.0))
             } else {
-                let mut moments = Moments { packs: 0.0, mean: 0.0, squares: 0.0 };
+                let mut moments = Moments { count: 0.0, mean: 0.0, squares: 0.0 };
+                pass.edge().inspect(|&x| moments.add([x]));
                 pass.packs(&mut moments);
-                let count = moments.packs * P as f32;
+                let count = moments.count;
                 let mean = self.mean(split.all_reduce::<Sum>(count * moments.mean));
                 let d = moments.mean - mean;
                 self.stats(mean, split.all_reduce::<Sum>(moments.squares + count * d * d))
@@ -207,12 +211,13 @@ impl Accumulate for Squares {
     }
 }
 
-/// A thread's running moments over the packs it has read: count, mean and sum of squared
+/// A thread's running moments over the elements it has read: count, mean and sum of squared
 /// deviations. Each pack's own mean and squares are exact (two passes over its registers);
-/// merging them costs one reciprocal.
+/// merging them costs one reciprocal. (Counting elements, not packs, lets a row's edge
+/// element join as a pack of 1; with packs of a power of two the results are the same bits.)
 #[derive(Clone, Copy)]
 struct Moments {
-    packs: f32,
+    count: f32,
     mean: f32,
     squares: f32,
 }
@@ -228,12 +233,13 @@ impl Accumulate for Moments {
             let d = v[j] - pack_mean;
             pack_squares += d * d;
         });
-        self.packs += 1.0;
-        let weight = rcp(self.packs);
+        let before = self.count;
+        self.count += P as f32;
+        let weight = rcp(self.count) * P as f32;
         let delta = pack_mean - self.mean;
         self.mean += delta * weight;
-        // Chan: + delta^2 * n_a * n_b / n, with n_a = (packs - 1) P, n_b = P.
-        self.squares += pack_squares + delta * delta * (P as f32) * (self.packs - 1.0) * weight;
+        // Chan: + delta^2 * n_a * n_b / n, with n_a the count before and n_b = P.
+        self.squares += pack_squares + delta * delta * before * weight;
     }
 }
 
@@ -279,22 +285,23 @@ unsafe fn column<G: Scalar>(address: u64) -> Option<ColumnLoad<G>> {
 
 /// # Safety (every kernel body below)
 /// `args` must describe live arrays of `rows x cols` elements (row stride `cols`) of the
-/// kernel's dtypes, per-column vectors of `cols`, per-row f32 arrays of `rows`, all aligned
-/// to the pack `P` with `cols` a multiple of `P`, and a launch with the geometry the host
-/// planned for `PATH`.
+/// kernel's dtypes, per-column vectors of `cols`, per-row f32 arrays of `rows`, and a launch
+/// with the geometry the host planned for `PATH`; the arrays aligned to the pack `P` with
+/// `cols` a multiple of `P`, or `PATH` phased with every row array `args.shape.phase`
+/// elements past a 16-byte boundary.
 #[inline(always)]
-unsafe fn view<T: Scalar>(address: u64, cols: u64) -> RowMajor<T> {
+unsafe fn view<T: Scalar, const PATH: RowPath>(address: u64, shape: &RowShape) -> RowMajor<T> {
     // SAFETY: forwarded.
-    unsafe { RowMajor::new(address, cols) }
+    unsafe { super::rows::row_view(address, shape, PATH) }
 }
 
 #[inline(always)]
 pub unsafe fn forward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PATH: RowPath>(args: &NormArgs) {
     // SAFETY: see `view`.
     unsafe {
-        let load = StreamLoad(view::<T>(args.input, args.shape.cols));
-        let output = DirectStore(view::<U>(args.output, args.shape.cols));
-        let op = Forward::<G>::new(args, T::BYTES == 4);
+        let load = StreamLoad(view::<T, PATH>(args.input, &args.shape));
+        let output = DirectStore(view::<U, PATH>(args.output, &args.shape));
+        let op = Forward::<G, PATH>::new(args, T::BYTES == 4);
         ForwardRows::<_, _, _, P> { op: &op, load: &load, outputs: &output, shape: &args.shape }.run::<PATH>();
     }
 }
@@ -313,7 +320,7 @@ where
 {
     // SAFETY: forwarded to the caller.
     unsafe {
-        let op = Forward::<G>::new(args, <L::Exact as Scalar>::BYTES == 4);
+        let op = Forward::<G, PATH>::new(args, <L::Exact as Scalar>::BYTES == 4);
         ForwardRows::<_, _, _, P> { op: &op, load, outputs: store, shape: &args.shape }.run::<PATH>();
     }
 }
@@ -322,14 +329,14 @@ where
 pub unsafe fn add_forward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PATH: RowPath>(args: &NormArgs) {
     // SAFETY: see `view`; the residual and the sum have the input's shape.
     unsafe {
-        let cols = args.shape.cols;
+        let shape = &args.shape;
         let load = ResidualAddLoad {
-            x: StreamLoad(view::<T>(args.input, cols)),
-            residual: StreamLoad(view::<T>(args.second, cols)),
-            sum: DirectStore(view::<T>(args.sum, cols)),
+            x: StreamLoad(view::<T, PATH>(args.input, shape)),
+            residual: StreamLoad(view::<T, PATH>(args.second, shape)),
+            sum: DirectStore(view::<T, PATH>(args.sum, shape)),
         };
-        let output = DirectStore(view::<U>(args.output, cols));
-        let op = Forward::<G>::new(args, true);
+        let output = DirectStore(view::<U, PATH>(args.output, shape));
+        let op = Forward::<G, PATH>::new(args, true);
         ForwardRows::<_, _, _, P> { op: &op, load: &load, outputs: &output, shape: &args.shape }.run::<PATH>();
     }
 }
@@ -490,11 +497,12 @@ impl RowGradient<2> for Backward {
 pub unsafe fn backward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PATH: RowPath>(args: &NormArgs) {
     // SAFETY: see `view`; dy and dx have the input's shape (U is T for backward kernels).
     unsafe {
-        let cols = args.shape.cols;
+        let shape = &args.shape;
         let stats = SavedStats::new(args.mean, args.rstd, args.rms);
-        let load_xhat = NormalizedLoad { x: DirectLoad(view::<T>(args.input, cols)), stats };
-        let load_g = ScaledGradLoad::<T, G> { dy: DirectLoad(view::<T>(args.second, cols)), gamma: column(args.gamma) };
-        let store = DirectStore(view::<U>(args.output, cols));
+        let load_xhat = NormalizedLoad { x: DirectLoad(view::<T, PATH>(args.input, shape)), stats };
+        let load_g =
+            ScaledGradLoad::<T, G> { dy: DirectLoad(view::<T, PATH>(args.second, shape)), gamma: column(args.gamma) };
+        let store = DirectStore(view::<U, PATH>(args.output, shape));
         let op = Backward { saved: stats, inv_cols: args.inv_cols };
         let rows = BackwardRows::<_, _, _, _, 2, P> {
             op: &op,
@@ -568,8 +576,8 @@ pub unsafe fn param_grad<T: Scalar, const P: usize>(args: &NormParamGradArgs) {
     // SAFETY: forwarded.
     unsafe {
         let terms = ParamTerms {
-            x: DirectLoad(view::<T>(args.input, args.cols)),
-            dy: DirectLoad(view::<T>(args.grad, args.cols)),
+            x: DirectLoad(RowMajor::<T>::new(args.input, args.cols)),
+            dy: DirectLoad(RowMajor::<T>::new(args.grad, args.cols)),
             saved: SavedStats::new(args.mean, args.rstd, args.rms),
         };
         columns::chunk_sums::<_, P>(&terms, &columns(args));
@@ -584,8 +592,8 @@ pub unsafe fn param_grad<T: Scalar, const P: usize>(args: &NormParamGradArgs) {
 pub unsafe fn param_grad_sum<G: Scalar>(args: &NormParamGradArgs) {
     // SAFETY: forwarded.
     unsafe {
-        let dgamma = (args.dgamma != 0).then(|| DirectStore(view::<G>(args.dgamma, args.cols)));
-        let dbeta = (args.dbeta != 0).then(|| DirectStore(view::<G>(args.dbeta, args.cols)));
+        let dgamma = (args.dgamma != 0).then(|| DirectStore(RowMajor::<G>::new(args.dgamma, args.cols)));
+        let dbeta = (args.dbeta != 0).then(|| DirectStore(RowMajor::<G>::new(args.dbeta, args.cols)));
         columns::chunk_totals(&columns(args), dgamma, dbeta);
     }
 }

@@ -472,9 +472,8 @@ impl<T: Scalar, const N: usize> Store<N> for CrossEntropyGradRow<T> {
 /// a launch with the geometry the host's dispatch planned for `PATH`.
 #[inline(always)]
 unsafe fn direct<T: Scalar, const PATH: RowPath>(address: u64, shape: &RowShape) -> (DirectLoad<T>, DirectStore<T>) {
-    let first = if PATH.phased() { shape.phase as u64 } else { 0 };
     // SAFETY: forwarded (the host passes a phase only to kernels that run phased rows).
-    let view = unsafe { RowMajor::<T>::past_boundary(address, shape.cols, first) };
+    let view = unsafe { super::rows::row_view::<T>(address, shape, PATH) };
     (DirectLoad(view), DirectStore(view))
 }
 

@@ -102,9 +102,13 @@ pub(crate) struct RowCall<'a, A: RowArgs> {
     /// (address, element bytes) of every array read or written in packs along the row; the
     /// pack is the widest only if all are aligned to it (or to 16 bytes, for wider types).
     pub arrays: Vec<(u64, usize)>,
+    /// (address, element bytes) of per-column arrays (a norm's weight and bias) read in packs
+    /// beside the row's on the aligned plans; the phased kernels read them an element at a
+    /// time, so their offset does not take part in the rows' phase.
+    pub columns: Vec<(u64, usize)>,
     /// Whether every array of `arrays` is read or written at the row being worked on (no
-    /// per-column or broadcast arrays): then, where all share one offset from a 16-byte
-    /// boundary, the block paths run any row in aligned packs from its head.
+    /// broadcast arrays): then, where all share one offset from a 16-byte boundary, the
+    /// block paths run any row in aligned packs from its head.
     pub phased: bool,
     pub args: A,
     /// Bytes of per-column data every row re-reads (a norm's gamma and beta): on the shared
@@ -176,6 +180,7 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             widest,
             problem,
             arrays: Vec::new(),
+            columns: Vec::new(),
             phased: false,
             args,
             column_bytes: 0,
@@ -188,7 +193,8 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
     pub(crate) fn run(mut self) -> Result<Plan> {
         let widest = self.widest;
         let aligned = self.problem.cols.is_multiple_of(widest)
-            && self.arrays.iter().all(|&(address, bytes)| address % (widest * bytes).min(PACK_BYTES) as u64 == 0);
+            && (self.arrays.iter().chain(&self.columns))
+                .all(|&(address, bytes)| address % (widest * bytes).min(PACK_BYTES) as u64 == 0);
         let pack = if aligned { widest } else { 1 };
         let phase = if self.phased { shared_phase(&self.arrays, widest) } else { None };
         let block_pack = if aligned || phase.is_some() { widest } else { 1 };

@@ -23,7 +23,7 @@ use crate::arch::{
     cluster_blocks, cluster_exchange, cluster_id, cluster_rank, cluster_sync, clusters, expect_bytes,
     fence_barrier_init, init_barrier, store_remote_async, wait_barrier,
 };
-use crate::pack::{Load, Pack, Store};
+use crate::pack::{Load, Pack, RowMajor, Store};
 #[cfg(feature = "cluster")]
 use crate::reduce::{MAX_WORDS, Words};
 use crate::reduce::{Reduce, block_all_reduce, group_all_reduce};
@@ -167,6 +167,20 @@ impl WarpRows {
             }
         });
     }
+}
+
+/// A row-major `(rows, cols)` view of `T` at `address` as the kernel on `path` indexes it:
+/// starting `shape.phase` elements past a 16-byte boundary on the phased paths (the host
+/// passes a phase only to those), aligned on the others.
+///
+/// # Safety
+/// `address` must be a generic address of global memory holding `shape.rows x shape.cols`
+/// elements of `T`, aligned as the host's plan for `path` assumed.
+#[inline(always)]
+pub(crate) unsafe fn row_view<T: Scalar>(address: u64, shape: &RowShape, path: crate::table::RowPath) -> RowMajor<T> {
+    let first = if path.phased() { shape.phase as u64 } else { 0 };
+    // SAFETY: forwarded to the caller.
+    unsafe { RowMajor::<T>::past_boundary(address, shape.cols, first) }
 }
 
 /// Calls `f(row)` for rows `first, first + step, ...` below `rows` (uniform across the
