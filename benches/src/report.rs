@@ -228,9 +228,9 @@ struct Series<'a> {
     dashes: ShapeStyle,
 }
 
-/// The op's sweep by `implementation` in one dtype, with rill's the copies at the same shapes;
-/// `None` when it has no plottable point. Zero sizes and non-finite GB/s have no place on a
-/// log axis and are left out.
+/// The op's sweep by `implementation` in one dtype (for rill, with the copies at the same
+/// shapes); `None` when it has no plottable point. Zero sizes and non-finite GB/s have no
+/// place on a log axis and are left out.
 fn series<'a>(
     records: &'a [Record],
     (op, rows): (&str, &[usize]),
@@ -451,10 +451,7 @@ fn peer_table(out: &mut String, records: &[Record], op: &str, behind: &mut Vec<S
         };
         let cells: String =
             implementations.iter().map(|name| gbps(name).map_or(" - |".into(), |g| format!(" {g:.0} |"))).collect();
-        let best = implementations[1..]
-            .iter()
-            .filter_map(|name| gbps(name))
-            .fold(None, |best: Option<f64>, g| Some(best.map_or(g, |b| b.max(g))));
+        let best = implementations[1..].iter().filter_map(|name| gbps(name)).reduce(f64::max);
         let (shape, dtype) = (shape_cell(&mine.shape), escape_markdown(&mine.dtype));
         let (best_cell, ratio_cell) = match best {
             Some(best) => {

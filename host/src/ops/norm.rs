@@ -472,9 +472,10 @@ impl Norm {
         // The shared path caches x as its own dtype, as the call's default has it (a residual
         // sum is rounded to it).
         row.column_bytes = parts.fill(op, kind, (rows, cols), &mut row.args, &mut row.columns)?;
-        // Rows of one dtype run from their heads where they share an offset (odd widths):
-        // the phased kernels read the weight and bias an element at a time.
-        row.phased = size_of::<T>() == size_of::<U>();
+        // Rows run from their heads where their arrays share an offset and an element size
+        // (odd widths; `RowCall::run` checks both): the phased kernels read the weight and
+        // bias an element at a time.
+        row.phased = true;
         // The residual add fills its cache through registers (it also writes the sum);
         // measured, it gains more from L1 for gamma and beta than from resident blocks.
         row.columns_before_blocks = call.residual.is_some();
