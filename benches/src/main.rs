@@ -48,6 +48,7 @@ use clap::Parser;
 use half::{bf16, f16};
 use measure::Bench;
 use rill::Gpu;
+use rill::softmax::PathKind;
 use std::error::Error;
 use std::path::{Path, PathBuf};
 
@@ -71,6 +72,10 @@ struct Options {
     /// Only shapes of these row widths.
     #[arg(long, value_name = "W,W,..", value_delimiter = ',', value_parser = width, action = clap::ArgAction::Set)]
     cols: Option<Vec<usize>>,
+    /// Run the softmax family's and the norms' row kernels on this path (a shape it does
+    /// not take is an error), instead of the dispatcher's choice.
+    #[arg(long, value_parser = path_kind)]
+    path: Option<PathKind>,
     /// Also time PyTorch eager, torch.compile, Liger and QuACK on the same shapes.
     #[arg(long)]
     peers: bool,
@@ -95,6 +100,14 @@ struct Options {
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
+}
+
+/// `--path`: a row path by its name.
+fn path_kind(text: &str) -> Result<PathKind, String> {
+    PathKind::ALL
+        .into_iter()
+        .find(|path| format!("{path:?}").eq_ignore_ascii_case(text.trim()))
+        .ok_or_else(|| "takes warp, shared, uncached or cluster".to_string())
 }
 
 /// One width of `--cols`, spaces around it allowed.
@@ -137,6 +150,7 @@ fn run(gpu: Gpu, options: &Options) -> Result<(), Box<dyn Error>> {
     );
     println!("device: {device}");
     let mut bench = Bench::new(gpu, options.quick, options.filter.clone(), options.cols.clone())?;
+    bench.force = options.path;
     if options.profile {
         profile::run(&mut bench)?;
         return Ok(());

@@ -2,6 +2,8 @@
 //! through enough buffer sets that no launch reads from L2.
 
 use crate::report::Record;
+use rill::norm::Norm;
+use rill::softmax::{PathKind, Softmax};
 use rill::{Element, Gpu, Stream, Tensor};
 use rill_tests::shapes::softmax_bench_shapes;
 
@@ -14,6 +16,9 @@ pub struct Bench {
     pub filter: Option<Vec<String>>,
     /// Only shapes with these row widths (`--cols`).
     pub cols: Option<Vec<usize>>,
+    /// The row path the softmax family and the norms run on (`--path`); the dispatcher's
+    /// choice where `None`.
+    pub force: Option<PathKind>,
     pub records: Vec<Record>,
     done: usize,
     total: usize,
@@ -22,12 +27,22 @@ pub struct Bench {
 impl Bench {
     pub fn new(gpu: Gpu, quick: bool, filter: Option<Vec<String>>, cols: Option<Vec<usize>>) -> rill::Result<Bench> {
         let stream = gpu.stream()?;
-        Ok(Bench { gpu, stream, quick, filter, cols, records: Vec::new(), done: 0, total: 0 })
+        Ok(Bench { gpu, stream, quick, filter, cols, force: None, records: Vec::new(), done: 0, total: 0 })
+    }
+
+    /// The softmax family's ops on `--path`, if given.
+    pub fn softmax(&self) -> Softmax {
+        self.force.map_or_else(Softmax::new, Softmax::forced)
+    }
+
+    /// The norms on `--path`, if given.
+    pub fn norm(&self) -> Norm {
+        self.force.map_or_else(Norm::new, Norm::forced)
     }
 
     /// The `(rows, cols)` shapes of the row ops' sweep that `keep` and `--cols` (if given)
     /// accept: the softmax family's (49152 rows of 32 to 32768 columns, 768 and 1000; 4096 rows
-    /// of 50257 to 262144), with `--quick` 49152 rows of 1024 and 8192.
+    /// of 32001 and 50257 to 262144), with `--quick` 49152 rows of 1024 and 8192.
     pub fn row_shapes(&self, keep: impl Fn(usize, usize) -> bool) -> Vec<(usize, usize)> {
         let all = if self.quick { vec![(49152, 1024), (49152, 8192)] } else { softmax_bench_shapes() };
         let wanted = |cols: &usize| self.cols.as_ref().is_none_or(|wanted| wanted.contains(cols));

@@ -278,9 +278,9 @@ softmax_kernels!(kinds declare_softmax_kinds);
 
 /// Every norm row kernel: the forwards for each (x, y, gamma/beta) dtype triple, output
 /// casts included; the backward for the triples whose output is the input dtype; each
-/// path at the widest pack and pack 1; the forwards' phased block paths (odd widths run from
-/// each row's head) at the widest pack, for the triples whose rows share one dtype (the
-/// host phases only rows of one element size). Modes as [`softmax_kernels!`]; entries are
+/// path at the widest pack and pack 1; the phased block paths (odd widths run from each
+/// row's head) at the widest pack, for the triples whose rows share one dtype (the host
+/// phases only rows of one element size). Modes as [`softmax_kernels!`]; entries are
 /// `(Kind kind Path path x y param pack)`.
 #[macro_export]
 macro_rules! norm_kernels {
@@ -302,19 +302,19 @@ macro_rules! norm_kernels {
     (@lists main $apply:ident $forward:tt $forward_types:tt $backward:tt $backward_types:tt $paths:tt $phased:tt
         $cluster:tt $cluster_phased:tt) => {
         $crate::norm_kernels!(@kinds $apply []
-            [($forward $forward_types $paths $backward_types $phased) ($backward $backward_types $paths [] [])]);
+            [($forward $forward_types $paths $backward_types $phased) ($backward $backward_types $paths $backward_types $phased)]);
     };
     (@lists cluster $apply:ident $forward:tt $forward_types:tt $backward:tt $backward_types:tt $paths:tt $phased:tt
         $cluster:tt $cluster_phased:tt) => {
         $crate::norm_kernels!(@kinds $apply []
             [($forward $forward_types $cluster $backward_types $cluster_phased)
-             ($backward $backward_types $cluster [] [])]);
+             ($backward $backward_types $cluster $backward_types $cluster_phased)]);
     };
     (@lists all $apply:ident $forward:tt $forward_types:tt $backward:tt $backward_types:tt [$($path:tt)*]
         [$($phased:tt)*] [$($cluster:tt)*] [$($cluster_phased:tt)*]) => {
         $crate::norm_kernels!(@kinds $apply []
             [($forward $forward_types [$($path)* $($cluster)*] $backward_types [$($phased)* $($cluster_phased)*])
-             ($backward $backward_types [$($path)* $($cluster)*] [] [])]);
+             ($backward $backward_types [$($path)* $($cluster)*] $backward_types [$($phased)* $($cluster_phased)*])]);
     };
     // One group of kinds at a time: each kind on each path at both packs, on each phased
     // path at the widest ...

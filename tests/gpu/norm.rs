@@ -424,7 +424,7 @@ impl Checks {
 
     /// The launch ran the plan its call planned plan-only, on the forced path (else the
     /// dispatcher's, as the plan-only call gave it), with the widest pack unless a row
-    /// length or an address rules it out. Where `from_heads` (a forward whose rows share a
+    /// length or an address rules it out. Where `from_heads` (an op whose rows share a
     /// dtype), the block paths run rows whose arrays share an offset from their heads, in
     /// the widest packs, whatever the width and the weight's offset.
     fn plan(&mut self, plans: &Plans, at: &At, widest: usize, from_heads: bool) {
@@ -817,7 +817,7 @@ fn backward_case<T: Element, G: Element>(suite: &mut Suite, spec: Spec, at: At, 
         let inputs = BackwardInputs { x: &x, dy: &dy, stats: &stats, weight: weight.as_deref() };
         let (plans, run) = with_backward::<T, G, _>(suite, &spec, &at, inputs, |call| Plans::of(&at, call))?;
         let mut checks = Checks::new(limit);
-        checks.plan(&plans, &at, max_pack(size_of::<T>(), size_of::<T>()), false);
+        checks.plan(&plans, &at, max_pack(size_of::<T>(), size_of::<T>()), true);
 
         let (dy64, w) = (f64s(&dy), weight.as_deref().map(f64s));
         let want = norm_backward_rows(&x64, &dy64, cols, &stats, spec.rms(), w.as_deref());

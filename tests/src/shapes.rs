@@ -24,7 +24,15 @@ pub fn softmax_test_rows(cols: usize) -> [usize; 4] {
 /// The benchmark sweep: 49152 rows of 32 to 32768 columns, and 4096 rows up to 262144.
 pub fn softmax_bench_shapes() -> Vec<(usize, usize)> {
     let mut shapes: Vec<(usize, usize)> = (5..=15).map(|p| (49152, 1 << p)).collect();
-    shapes.extend([(49152, 768), (49152, 1000), (4096, 50257), (4096, 65536), (4096, 131072), (4096, 262144)]);
+    shapes.extend([
+        (49152, 768),
+        (49152, 1000),
+        (4096, 32001),
+        (4096, 50257),
+        (4096, 65536),
+        (4096, 131072),
+        (4096, 262144),
+    ]);
     shapes
 }
 

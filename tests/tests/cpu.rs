@@ -177,8 +177,8 @@ fn cluster_kernels_reduce_through_distributed_shared_memory() {
     assert!(ptx.contains(".target sm_90"), "the cluster module must target sm_90");
     let kernels = kernels_of(Module::Cluster);
     // Softmax: 7 kinds x 3 dtypes x (2 packs + phased); norms: (7 + 7 + 5) dtype triples x 2
-    // packs, and the forwards phased for the 5 triples whose rows share a dtype.
-    assert_eq!(kernels.len(), 7 * 3 * 3 + (7 + 7 + 5) * 2 + 2 * 5, "cluster kernels");
+    // packs, and the 3 kinds phased for the 5 triples whose rows share a dtype.
+    assert_eq!(kernels.len(), 7 * 3 * 3 + (7 + 7 + 5) * 2 + 3 * 5, "cluster kernels");
     for (name, body) in &kernels {
         assert!(name.contains("_cluster_"), "{name}: only cluster-path kernels belong here");
         assert!(!body.contains(".local"), "{name}: uses local memory");
@@ -236,11 +236,11 @@ fn norm_ladder_kernels_are_one_per_rung_and_dtype_and_climb_as_the_article() {
 fn norm_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
     let kernels = kernels_of(Module::Norm);
     // Forward and residual-add forward for 7 dtype triples, the backward for 5, on 6 paths
-    // with 2 packs each; the forwards on the 2 phased block paths for the 5 triples whose
+    // with 2 packs each; the 3 kinds on the 2 phased block paths for the 5 triples whose
     // rows share a dtype; then the parameter gradients' 6 stage-1 and 3 stage-2 kernels.
     assert_eq!(
         kernels.len(),
-        (2 * 7 + 5) * 6 * 2 + 2 * 5 * 2 + 6 + 3,
+        (2 * 7 + 5) * 6 * 2 + 3 * 2 * 5 + 6 + 3,
         "kinds x dtypes x paths x packs + phased + param grads"
     );
     let param_grads = kernels.iter().filter(|(name, _)| name.starts_with("rill_norm_param_grad")).count();

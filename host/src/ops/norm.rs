@@ -544,8 +544,11 @@ impl Norm {
         row.arrays.extend([(call.dy.address(), size_of::<T>()), (call.dx.address(), size_of::<T>())]);
         if let Some(weight) = &weight {
             row.args.gamma = column(op, "the weight", weight, cols)?;
-            row.arrays.push((row.args.gamma, size_of::<G>()));
+            row.columns.push((row.args.gamma, size_of::<G>()));
         }
+        // Rows run from their heads where x, dy and dx share an offset (odd widths): the
+        // phased kernels read the weight an element at a time.
+        row.phased = true;
         if dbias.is_some() && kind == NormKind::RmsNorm {
             invalid!("`{op}` has no bias to differentiate");
         }
@@ -572,8 +575,10 @@ impl Norm {
         };
         let plan = row.run()?;
         if !self.plan_only && (dweight.is_some() || dbias.is_some()) {
-            // x and dy passed the row kernel's pack check, so its pack serves stage 1.
-            param_grads::<T, G>(stream, op, grad_args, plan.pack)?;
+            // x and dy passed the row kernel's pack check, so its pack serves stage 1, unless
+            // the rows ran from their heads (stage 1 reads whole packs of columns).
+            let pack = if plan.phased { 1 } else { plan.pack };
+            param_grads::<T, G>(stream, op, grad_args, pack)?;
         }
         Ok(plan)
     }

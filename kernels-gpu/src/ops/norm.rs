@@ -410,12 +410,25 @@ impl<T: Scalar, const N: usize> Load<N> for NormalizedLoad<T> {
 }
 
 /// `dy * gamma` (just `dy` without gamma): the gradient reaching the normalized value.
-pub struct ScaledGradLoad<T, G> {
+/// Rows on a phased `PATH` run from their heads, so gamma is read an element at a time
+/// there (L1 hits after the first row), as in the forward.
+pub struct ScaledGradLoad<T, G, const PATH: RowPath> {
     dy: DirectLoad<T>,
     gamma: Option<ColumnLoad<G>>,
 }
 
-impl<T: Scalar, G: Scalar> ScaledGradLoad<T, G> {
+impl<T: Scalar, G: Scalar, const PATH: RowPath> ScaledGradLoad<T, G, PATH> {
+    /// The gamma words of columns `col..col + N` (unread without gamma).
+    ///
+    /// # Safety
+    /// The columns must be inside the row, `col` a multiple of `N` unless `PATH` is phased.
+    #[inline(always)]
+    unsafe fn gamma<const N: usize>(&self, col: u64) -> ColumnWords<G, N> {
+        // SAFETY: forwarded; gamma holds `cols` elements.
+        let fetch = |g: &ColumnLoad<G>| unsafe { if PATH.phased() { g.fetch_unaligned(col) } else { g.fetch(col) } };
+        self.gamma.as_ref().map_or_else(Default::default, fetch)
+    }
+
     #[inline(always)]
     fn scale<const N: usize>(&self, mut dy: [f32; N], gamma: ColumnWords<G, N>) -> [f32; N] {
         if self.gamma.is_some() {
@@ -426,14 +439,14 @@ impl<T: Scalar, G: Scalar> ScaledGradLoad<T, G> {
     }
 }
 
-impl<T: Scalar, G: Scalar, const N: usize> Load<N> for ScaledGradLoad<T, G> {
+impl<T: Scalar, G: Scalar, const PATH: RowPath, const N: usize> Load<N> for ScaledGradLoad<T, G, PATH> {
     type Fetched = (Pack<T, N>, ColumnWords<G, N>);
     type Exact = T;
 
     #[inline(always)]
     unsafe fn fetch(&self, row: u64, col: u64) -> Self::Fetched {
-        // SAFETY: forwarded; gamma holds `cols` elements.
-        unsafe { (self.dy.fetch(row, col), self.gamma.as_ref().map_or_else(Default::default, |g| g.fetch(col))) }
+        // SAFETY: forwarded.
+        unsafe { (self.dy.fetch(row, col), self.gamma(col)) }
     }
 
     #[inline(always)]
@@ -448,9 +461,8 @@ impl<T: Scalar, G: Scalar, const N: usize> Load<N> for ScaledGradLoad<T, G> {
 
     #[inline(always)]
     unsafe fn transform(&self, dy: [f32; N], _row: u64, col: u64) -> [f32; N] {
-        // SAFETY: forwarded; gamma holds `cols` elements.
-        let gamma = unsafe { self.gamma.as_ref().map_or_else(Default::default, |g| g.fetch(col)) };
-        self.scale(dy, gamma)
+        // SAFETY: forwarded.
+        self.scale(dy, unsafe { self.gamma(col) })
     }
 }
 
@@ -500,8 +512,10 @@ pub unsafe fn backward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PA
         let shape = &args.shape;
         let stats = SavedStats::new(args.mean, args.rstd, args.rms);
         let load_xhat = NormalizedLoad { x: DirectLoad(view::<T, PATH>(args.input, shape)), stats };
-        let load_g =
-            ScaledGradLoad::<T, G> { dy: DirectLoad(view::<T, PATH>(args.second, shape)), gamma: column(args.gamma) };
+        let load_g = ScaledGradLoad::<T, G, PATH> {
+            dy: DirectLoad(view::<T, PATH>(args.second, shape)),
+            gamma: column(args.gamma),
+        };
         let store = DirectStore(view::<U, PATH>(args.output, shape));
         let op = Backward { saved: stats, inv_cols: args.inv_cols };
         let rows = BackwardRows::<_, _, _, _, 2, P> {
