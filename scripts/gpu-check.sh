@@ -9,6 +9,8 @@
 #   suite[=FILTER]  the GPU suite (optionally only cases whose name contains FILTER)
 #   memcheck=FILTER compute-sanitizer memcheck over the suite's FILTER cases, --quick
 #   racecheck=FILTER compute-sanitizer racecheck over them, --quick
+#   sanitize        all four compute-sanitizer tools over the subset that reaches every kernel
+#                   (`xtask sanitize`), its logs in $OUT/sanitize
 #   bench=ARGS      rill-bench with comma-separated ARGS (e.g. bench=--filter,softmax), its
 #                   table and records in bench-N.log and bench-N.json, N counting the runs
 set -uo pipefail
@@ -55,6 +57,9 @@ for step in "$@"; do
         compute-sanitizer --tool "$tool" --error-exitcode 9 "$dir/gpu" "${step#*=}" --quick >"$out/$tool.log" 2>&1 ||
             status=1
         grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed" "$out/$tool.log" | tail -3
+        ;;
+    sanitize)
+        "$dir/xtask" sanitize --gpu "$dir/gpu" --out "$out/sanitize" || status=1
         ;;
     bench=*)
         IFS=, read -r -a args <<<"${step#bench=}"

@@ -7,6 +7,10 @@ use cust::sys::cuLaunchKernel;
 use std::ffi::c_void;
 use std::ptr::null_mut;
 
+mod counts;
+pub use counts::{LaunchCounts, count_launches, launch_counts};
+pub(crate) use counts::{Tally, count};
+
 /// Grid, block and dynamic shared memory of one launch (1-D grids and blocks), and the
 /// blocks per cluster (1: no clusters).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,8 +43,9 @@ pub fn grid_stride_blocks(threads: u64, block: u32, device: &DeviceInfo) -> u32 
 }
 
 /// Launches `kernel` with `params` as its only (by-value) parameter, inside an NVTX range
-/// named after the kernel so profilers show which op it was (a no-op without a profiler).
-/// A launch with clusters goes through `cuLaunchKernelEx`.
+/// named after the kernel so profilers show which op it was (a no-op without a profiler),
+/// and counts it where counting is on ([`count_launches`]). A launch with clusters goes
+/// through `cuLaunchKernelEx`.
 ///
 /// # Safety
 /// `P` must be the `#[repr(C)]` parameter struct the kernel was compiled for, and every
@@ -49,23 +54,28 @@ pub(crate) unsafe fn launch<P: Copy>(stream: &Stream, kernel: Kernel, config: La
     stream.gpu().bind()?;
     let mut param_ptrs = [params as *const P as *mut c_void];
     let _range = crate::nvtx::range(kernel.symbol);
-    if config.cluster > 1 {
+    let launched = if config.cluster > 1 {
         let mut attribute = clusters::cluster_attribute(config.cluster);
         let ex = clusters::config(config, stream.as_raw(), &mut attribute);
         // SAFETY: as below; `ex` points at `attribute`, alive for the call.
-        return unsafe {
+        unsafe {
             clusters::cuLaunchKernelEx(&ex, kernel.function, param_ptrs.as_mut_ptr(), null_mut())
                 .during("cuLaunchKernelEx")
-        };
+        }
+    } else {
+        let LaunchConfig { grid, block, shared_bytes, .. } = config;
+        let (raw_stream, params) = (stream.as_raw(), param_ptrs.as_mut_ptr());
+        // SAFETY: the driver copies the parameter bytes before returning; validity of what
+        // they point to is the caller's obligation.
+        unsafe {
+            cuLaunchKernel(kernel.function, grid, 1, 1, block, 1, 1, shared_bytes, raw_stream, params, null_mut())
+                .during("cuLaunchKernel")
+        }
+    };
+    if launched.is_ok() {
+        count(Tally::Launched, kernel.symbol);
     }
-    let LaunchConfig { grid, block, shared_bytes, .. } = config;
-    let (raw_stream, params) = (stream.as_raw(), param_ptrs.as_mut_ptr());
-    // SAFETY: the driver copies the parameter bytes before returning; validity of what they
-    // point to is the caller's obligation.
-    unsafe {
-        cuLaunchKernel(kernel.function, grid, 1, 1, block, 1, 1, shared_bytes, raw_stream, params, null_mut())
-            .during("cuLaunchKernel")
-    }
+    launched
 }
 
 /// Clusters of `config.cluster` blocks of `kernel` that can be resident at once (0: it

@@ -28,7 +28,7 @@ mod workspace;
 
 pub use error::{Error, Result};
 pub use gpu::{DeviceInfo, Gpu, Graph, RawStream, Stream};
-pub use launch::{LaunchConfig, WAVES, grid_stride_blocks};
+pub use launch::{LaunchConfig, LaunchCounts, WAVES, count_launches, grid_stride_blocks, launch_counts};
 pub use module::{KernelKey, Module, ptx};
 #[cfg(feature = "norm-ladder")]
 pub use ops::norm_ladder;

@@ -4,7 +4,8 @@
 //! A functor may also offer a two-lane path on packed 16-bit pairs (half2/bfloat162
 //! instructions); the kernel takes it when input and output share a 16-bit type.
 
-use crate::math::{erfc, sigmoid};
+use crate::arch::div;
+use crate::math::{erfc, exp, sigmoid};
 use crate::scalar::Scalar;
 
 /// The math of one elementwise op with `K` inputs.
@@ -58,12 +59,14 @@ impl Functor<1> for GeluTanh {
     }
 }
 
-/// `x * sigmoid(x)`.
+/// `x / (1 + e^-x)`, PyTorch's form, by the full-range division: `x * sigmoid(x)` flushed
+/// the subnormal sigmoid of `x` below about -87.3 to 0, where the product is a normal number
+/// (`silu(-88)` is -5.3e-37).
 pub struct Silu;
 impl Functor<1> for Silu {
     #[inline(always)]
     fn apply([x]: [f32; 1]) -> f32 {
-        x * sigmoid(x)
+        div(x, 1.0 + exp(-x))
     }
 }
 
@@ -125,12 +128,13 @@ impl Functor<2> for Mul {
     }
 }
 
-/// `a / b`, as `a * (1/b)` with the approximate reciprocal (within 2 ulp; no IEEE division).
+/// `a / b` within 2 ulp over the whole range ([`div`]; `a * rcp(b)` gave 0 for any `|b|`
+/// above 2^126), without IEEE division's longer sequence.
 pub struct Div;
 impl Functor<2> for Div {
     #[inline(always)]
     fn apply([a, b]: [f32; 2]) -> f32 {
-        a * crate::arch::rcp(b)
+        div(a, b)
     }
 }
 

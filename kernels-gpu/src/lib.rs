@@ -11,7 +11,7 @@
 //! `pack` holds the vectorized accesses and the Load/Store traits; `ops/` holds one generic
 //! body per op family; `entry` instantiates the exported kernels from the tables in [`abi`].
 #![cfg_attr(target_arch = "nvptx64", no_std)]
-#![cfg_attr(target_arch = "nvptx64", feature(abi_ptx, stdarch_nvptx, asm_experimental_arch))]
+#![cfg_attr(target_arch = "nvptx64", feature(abi_ptx, stdarch_nvptx, asm_experimental_arch, float_minimum_maximum))]
 #![feature(f16, adt_const_params)]
 
 pub mod abi;

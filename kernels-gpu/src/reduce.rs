@@ -58,13 +58,16 @@ pub trait Reduce {
     fn combine(a: Self::Value, b: Self::Value) -> Self::Value;
 }
 
+/// The max, NaN where any value is (IEEE `maximum`, `max.NaN.f32`, as PyTorch's `amax`;
+/// `f32::max` drops a NaN): a row's NaN reaches its max whichever thread meets it, so every
+/// statistic taken relative to the max is NaN too.
 pub struct Max;
 impl Reduce for Max {
     type Value = f32;
     const IDENTITY: f32 = f32::NEG_INFINITY;
     #[inline(always)]
     fn combine(a: f32, b: f32) -> f32 {
-        a.max(b)
+        a.maximum(b)
     }
 }
 

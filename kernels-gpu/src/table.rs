@@ -214,6 +214,8 @@ elementwise_kernels!(declare_elementwise_ops);
 
 /// Every softmax-family kernel: each kind on each path, at each dtype's widest pack and
 /// at pack 1 (rows not aligned to a pack); the phased block paths at the widest pack only.
+/// A kind marked `widest` reads a single row array (cross entropy, logsumexp), which the
+/// block paths always run from each row's head, so its block paths have no pack-1 kernels.
 /// `softmax_kernels!(main apply)` gives the softmax module's kernels to `apply!` as
 /// `(Kind kind Path path dtype pack)` entries, `cluster` the cluster module's, `all` both;
 /// `kinds` gives the `(Kind kind)` list.
@@ -221,35 +223,41 @@ elementwise_kernels!(declare_elementwise_ops);
 macro_rules! softmax_kernels {
     ($mode:ident $apply:ident) => {
         $crate::softmax_kernels!(@lists $mode $apply
-            [(Forward forward) (Backward backward) (ScaleMask scale_mask) (Causal causal)
-             (CrossEntropy cross_entropy) (CrossEntropyBackward cross_entropy_backward) (LogSumExp logsumexp)]
-            [(Warp8 warp8) (Warp16 warp16) (Warp24 warp24) (Warp32 warp32) (Shared shared) (Uncached uncached)]
+            [(Forward forward both) (Backward backward both) (ScaleMask scale_mask both) (Causal causal both)
+             (CrossEntropy cross_entropy widest) (CrossEntropyBackward cross_entropy_backward both)
+             (LogSumExp logsumexp widest)]
+            [(Warp8 warp8) (Warp16 warp16) (Warp24 warp24) (Warp32 warp32)]
+            [(Shared shared) (Uncached uncached)]
             [(SharedPhased shared_phased) (UncachedPhased uncached_phased)]
             [(Cluster cluster)]
             [(ClusterPhased cluster_phased)]
             [(f32 4) (f16 8) (bf16 8)]);
     };
-    (@lists kinds $apply:ident $kinds:tt $($lists:tt)*) => {
-        $apply! $kinds;
+    (@lists kinds $apply:ident [$(($K:ident $k:ident $block:ident))*] $($lists:tt)*) => {
+        $apply!($(($K $k))*);
     };
-    (@lists main $apply:ident $kinds:tt $paths:tt $phased:tt $cluster:tt $cluster_phased:tt $dtypes:tt) => {
-        $crate::softmax_kernels!(@kinds $apply [] $kinds $paths $phased $dtypes);
+    (@lists main $apply:ident $kinds:tt $warp:tt $block:tt $phased:tt $cluster:tt $cluster_phased:tt $dtypes:tt) => {
+        $crate::softmax_kernels!(@kinds $apply [] $kinds $warp $block $phased $dtypes);
     };
-    (@lists cluster $apply:ident $kinds:tt $paths:tt $phased:tt $cluster:tt $cluster_phased:tt $dtypes:tt) => {
-        $crate::softmax_kernels!(@kinds $apply [] $kinds $cluster $cluster_phased $dtypes);
-    };
-    (@lists all $apply:ident $kinds:tt [$($path:tt)*] [$($phased:tt)*] [$($cluster:tt)*] [$($cluster_phased:tt)*]
+    (@lists cluster $apply:ident $kinds:tt $warp:tt $block:tt $phased:tt $cluster:tt $cluster_phased:tt
         $dtypes:tt) => {
-        $crate::softmax_kernels!(@kinds $apply [] $kinds [$($path)* $($cluster)*] [$($phased)* $($cluster_phased)*]
-            $dtypes);
+        $crate::softmax_kernels!(@kinds $apply [] $kinds [] $cluster $cluster_phased $dtypes);
     };
-    // One kind at a time: its paths at both packs, its phased paths at the widest.
-    (@kinds $apply:ident [$($out:tt)*] [] $paths:tt $phased:tt $dtypes:tt) => {
+    (@lists all $apply:ident $kinds:tt $warp:tt [$($block:tt)*] [$($phased:tt)*] [$($cluster:tt)*]
+        [$($cluster_phased:tt)*] $dtypes:tt) => {
+        $crate::softmax_kernels!(@kinds $apply [] $kinds $warp [$($block)* $($cluster)*]
+            [$($phased)* $($cluster_phased)*] $dtypes);
+    };
+    // One kind at a time: its warp paths at both packs, its block paths at the packs it
+    // marks, its phased paths at the widest.
+    (@kinds $apply:ident [$($out:tt)*] [] $warp:tt $block:tt $phased:tt $dtypes:tt) => {
         $crate::softmax_kernels!(@dtypes $apply [] [$($out)*] $dtypes);
     };
-    (@kinds $apply:ident [$($out:tt)*] [$kind:tt $($kinds:tt)*] [$($path:tt)*] [$($phased:tt)*] $dtypes:tt) => {
-        $crate::softmax_kernels!(@kinds $apply [$($out)* $(($kind $path both))* $(($kind $phased widest))*]
-            [$($kinds)*] [$($path)*] [$($phased)*] $dtypes);
+    (@kinds $apply:ident [$($out:tt)*] [($K:ident $k:ident $packs:ident) $($kinds:tt)*] [$($warp:tt)*]
+        [$($block:tt)*] [$($phased:tt)*] $dtypes:tt) => {
+        $crate::softmax_kernels!(@kinds $apply
+            [$($out)* $((($K $k) $warp both))* $((($K $k) $block $packs))* $((($K $k) $phased widest))*]
+            [$($kinds)*] [$($warp)*] [$($block)*] [$($phased)*] $dtypes);
     };
     // Then each (kind, path) at each dtype.
     (@dtypes $apply:ident [$($out:tt)*] [] $dtypes:tt) => {

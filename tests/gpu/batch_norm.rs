@@ -24,7 +24,7 @@ pub fn run(suite: &mut Suite) {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Act {
+pub(crate) enum Act {
     None,
     Relu,
     AddRelu,
@@ -53,7 +53,7 @@ fn matrix<T: Element>(suite: &mut Suite) {
 }
 
 /// `(outer, channels, inner)` and element `i`'s channel.
-fn extent(shape: &[usize], layout: Layout) -> (usize, usize, usize) {
+pub(crate) fn extent(shape: &[usize], layout: Layout) -> (usize, usize, usize) {
     let all: usize = shape.iter().product();
     match layout {
         Layout::ChannelsFirst => (shape[0], shape[1], all / (shape[0] * shape[1]).max(1)),
@@ -61,7 +61,7 @@ fn extent(shape: &[usize], layout: Layout) -> (usize, usize, usize) {
     }
 }
 
-fn channel_of(i: usize, (_, channels, inner): (usize, usize, usize)) -> usize {
+pub(crate) fn channel_of(i: usize, (_, channels, inner): (usize, usize, usize)) -> usize {
     (i / inner) % channels
 }
 
@@ -88,12 +88,12 @@ fn against_floor<T: Element>(got: &[T], want: &[f64], floor: f64) -> Measured {
     }
 }
 
-struct Stats {
-    mean: Vec<f64>,
-    var: Vec<f64>,
+pub(crate) struct Stats {
+    pub(crate) mean: Vec<f64>,
+    pub(crate) var: Vec<f64>,
 }
 
-fn batch_stats(x: &[f64], ext: (usize, usize, usize)) -> Stats {
+pub(crate) fn batch_stats(x: &[f64], ext: (usize, usize, usize)) -> Stats {
     let (outer, channels, inner) = ext;
     let count = (outer * inner) as f64;
     let mut mean = vec![0.0; channels];
@@ -242,8 +242,8 @@ fn train<T: Element>(
     Ok(worst(&parts))
 }
 
-/// `act(bn(x) [+ addend])` in training, in f64.
-fn reference_forward(
+/// `act(bn(x) [+ addend])` in training, in f64; the ReLU as PyTorch's, NaN at NaN.
+pub(crate) fn reference_forward(
     x: &[f64],
     addend: &[f64],
     (weight, bias): (&[f32], &[f32]),
@@ -258,7 +258,7 @@ fn reference_forward(
             if act == Act::AddRelu {
                 y += addend[i];
             }
-            if act == Act::None { y } else { y.max(0.0) }
+            if act != Act::None && y <= 0.0 { 0.0 } else { y }
         })
         .collect()
 }

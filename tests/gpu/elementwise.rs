@@ -62,7 +62,7 @@ fn for_dtype<T: Element>(suite: &mut Suite) {
 }
 
 /// Uploads `inputs`, runs `op` into a poisoned output of `shape`, returns the output.
-fn launch_op<T: Element>(
+pub(crate) fn launch_op<T: Element>(
     suite: &Suite,
     op: &ElementwiseOp,
     inputs: &[Vec<T>],

@@ -1,23 +1,58 @@
-//! Case bookkeeping for the GPU suite: filtering, seeds, tolerances, the summary line.
+//! Case bookkeeping for the GPU suite: filtering, seeds, tolerances, the summary line, and
+//! the subset that compute-sanitizer runs ([`Selection`]).
 
 use rill::softmax::PathKind;
 use rill::{Element, Gpu, Stream, Tensor, View, ViewMut};
 use rill_tests::check::{max_relative_error, poison, tolerance};
+use rill_tests::coverage::{Coverage, Run, cover, exported_kernels};
 use rill_tests::paths::{Forced, Paths};
 use rill_tests::random::{Domain, Rng, case_seed, run_seed};
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::time::Instant;
 
 pub struct Options {
     pub filter: Option<String>,
     /// Largest length to test (lower under `--quick`).
     pub max_len: usize,
+    pub selection: Selection,
+}
+
+/// Which of the filter's cases run. Under compute-sanitizer the whole suite would take
+/// hours, so `cargo xtask sanitize` first runs `--cover FILE` natively, then each tool over
+/// `--cases FILE`: several hundred small cases that still launch every kernel.
+pub enum Selection {
+    /// Every case.
+    All,
+    /// The row-wise cases on every path that plans a kernel no case has launched yet (the
+    /// planner answers before anything runs; small row counts come first in every table),
+    /// and all the others; at the end, the cheapest of them that launch every kernel any did
+    /// ([`cover`]) are written to the file, one name a line.
+    Cover(PathBuf),
+    /// The cases the file names (row-wise cases on every path the planner takes, as under
+    /// `Cover`).
+    Cases(HashSet<String>),
 }
 
 impl Options {
+    /// The options from the command line: `[FILTER] [--quick] [--cover FILE | --cases FILE]`;
+    /// exits with a line saying why where `--cases`' file cannot be read.
     pub fn from_args() -> Options {
-        let mut options = Options { filter: None, max_len: usize::MAX };
-        for arg in std::env::args().skip(1) {
+        let mut options = Options { filter: None, max_len: usize::MAX, selection: Selection::All };
+        let mut args = std::env::args().skip(1);
+        while let Some(arg) = args.next() {
             match arg.as_str() {
                 "--quick" => options.max_len = 1 << 20,
+                "--cover" | "--cases" => {
+                    let Some(file) = args.next() else { exit_with(&format!("{arg} needs a file")) };
+                    options.selection = if arg == "--cover" {
+                        Selection::Cover(file.into())
+                    } else {
+                        let names = std::fs::read_to_string(&file)
+                            .unwrap_or_else(|error| exit_with(&format!("--cases {file}: {error}")));
+                        Selection::Cases(names.lines().map(str::to_string).collect())
+                    };
+                }
                 // Flags cargo's test runner passes to every test binary.
                 flag if flag.starts_with('-') => {}
                 filter => options.filter = Some(filter.to_string()),
@@ -25,6 +60,16 @@ impl Options {
         }
         options
     }
+
+    /// Whether the run counts launches per kernel and ends with the kernels it reached.
+    fn counts_launches(&self) -> bool {
+        !matches!(self.selection, Selection::All)
+    }
+}
+
+fn exit_with(message: &str) -> ! {
+    println!("gpu: {message}");
+    std::process::exit(2);
 }
 
 pub struct Suite {
@@ -34,6 +79,10 @@ pub struct Suite {
     seed: u64,
     passed: usize,
     failed: Vec<String>,
+    /// Under [`Selection::Cover`]: each case run, with its cost and the kernels it launched.
+    runs: Vec<Run>,
+    /// Under [`Selection::Cover`]: the kernels launched, or planned by a path kept to run.
+    claimed: HashSet<&'static str>,
 }
 
 /// What a case measured: its max relative error, with the worst element.
@@ -52,11 +101,25 @@ impl Suite {
             gpu.info().compute_capability.0,
             gpu.info().compute_capability.1
         );
-        Ok(Suite { gpu, stream, options, seed, passed: 0, failed: Vec::new() })
+        rill::count_launches(options.counts_launches());
+        Ok(Suite {
+            gpu,
+            stream,
+            options,
+            seed,
+            passed: 0,
+            failed: Vec::new(),
+            runs: Vec::new(),
+            claimed: HashSet::new(),
+        })
     }
 
     pub fn wants(&self, name: &str) -> bool {
-        self.options.filter.as_ref().is_none_or(|f| name.contains(f.as_str()))
+        let listed = match &self.options.selection {
+            Selection::Cases(names) => names.contains(name),
+            _ => true,
+        };
+        listed && self.options.filter.as_ref().is_none_or(|f| name.contains(f.as_str()))
     }
 
     /// Runs one case: `body` gets the case's rng and returns the measured error, which must
@@ -67,7 +130,14 @@ impl Suite {
         }
         let seed = case_seed(self.seed, name);
         let mut rng = Rng::new(seed);
-        match body(self, &mut rng) {
+        let before = self.covering().then(|| (rill::launch_counts(), Instant::now()));
+        let outcome = body(self, &mut rng);
+        if let Some((counted, start)) = before {
+            let kernels: Vec<&'static str> = rill::launch_counts().since(&counted).launched.into_keys().collect();
+            self.claimed.extend(&kernels);
+            self.runs.push(Run { name: name.to_string(), cost: start.elapsed(), kernels });
+        }
+        match outcome {
             Ok(m) if m.error < limit => self.passed += 1,
             Ok(m) => self.fail(format!(
                 "{name}: max relative error {:e} over {limit:e} ({}) [RILL_SEED={}]",
@@ -95,24 +165,43 @@ impl Suite {
     /// on arrays of its shapes and offsets). `name` names the case on a path; where the
     /// filter keeps it on none, nothing is asked. An error other than a forced path's refusal
     /// fails the case on the dispatcher's path, and it runs on none.
+    ///
+    /// Under the sanitizer's selections every path the planner takes is a case, so that the
+    /// tables' smallest row counts (listed first) reach every kernel; [`Selection::Cover`]
+    /// keeps a path only where its kernel is one no case has launched or will launch.
     pub fn paths(
         &mut self,
         forced: Option<Forced>,
         name: impl Fn(Option<PathKind>) -> String,
         ask: impl FnOnce(&Self) -> rill::Result<Paths>,
     ) -> Vec<Option<PathKind>> {
+        let forced = if self.options.counts_launches() { Some(forced.unwrap_or(Forced::All)) } else { forced };
         let Some(forced) = forced else { return vec![None] };
         let mut every = std::iter::once(None).chain(PathKind::ALL.map(Some));
         if !every.any(|path| self.wants(&name(path))) {
             return Vec::new();
         }
-        match ask(self) {
-            Ok(paths) => paths.runs(forced),
+        let paths = match ask(self) {
+            Ok(paths) => paths,
             Err(error) => {
                 self.fail(format!("{}: asking the planner for its paths: {error}", name(None)));
-                Vec::new()
+                return Vec::new();
             }
+        };
+        let runs = paths.runs(forced);
+        if !self.covering() {
+            return runs;
         }
+        // A path the filter keeps runs where its kernel is new, or unknown.
+        runs.into_iter()
+            .filter(|&path| {
+                self.wants(&name(path)) && paths.kernel(path).is_none_or(|kernel| self.claimed.insert(kernel))
+            })
+            .collect()
+    }
+
+    fn covering(&self) -> bool {
+        matches!(self.options.selection, Selection::Cover(_))
     }
 
     fn fail(&mut self, message: String) {
@@ -120,10 +209,31 @@ impl Suite {
         self.failed.push(message);
     }
 
-    /// Prints the summary line; returns the exit code.
+    /// Prints the summary line, after the kernels reached where launches are counted (and
+    /// writes the cover under [`Selection::Cover`]); returns the exit code: 1 where a case
+    /// failed, a kernel went unreached or the cover could not be written.
     pub fn finish(&self) -> i32 {
+        let mut failed = !self.failed.is_empty();
+        if self.options.counts_launches() {
+            let coverage = Coverage::of(&exported_kernels(), &rill::launch_counts().launched);
+            print!("{coverage}");
+            failed |= coverage.unreached().next().is_some();
+        }
+        if let Selection::Cover(file) = &self.options.selection {
+            let chosen = cover(&self.runs);
+            let names: String = chosen.iter().map(|run| format!("{}\n", run.name)).collect();
+            match std::fs::write(file, names) {
+                Ok(()) => {
+                    println!("cover: {} of the {} cases run, in {}", chosen.len(), self.runs.len(), file.display())
+                }
+                Err(error) => {
+                    println!("cover: could not write {}: {error}", file.display());
+                    failed = true;
+                }
+            }
+        }
         println!("gpu: {} passed, {} failed", self.passed, self.failed.len());
-        i32::from(!self.failed.is_empty())
+        i32::from(failed)
     }
 
     /// Values drawn from `domain`, rounded to `T` (so the reference sees what the GPU sees).

@@ -1,11 +1,14 @@
 //! The GPU integration suite. Without a CUDA device it prints one line and exits 0.
 //!
-//! `cargo test -p rill-tests --test gpu -- [FILTER] [--quick]`: FILTER keeps the cases whose
-//! name contains it; `--quick` skips lengths above 2^20 (for compute-sanitizer runs).
+//! `cargo test -p rill-tests --test gpu -- [FILTER] [--quick] [--cover FILE | --cases FILE]`:
+//! FILTER keeps the cases whose name contains it; `--quick` skips lengths above 2^20 (for
+//! compute-sanitizer runs); `--cover` and `--cases` choose and run the subset that
+//! `cargo xtask sanitize` runs under compute-sanitizer (`harness::Selection`).
 //! Inputs are fresh random data each run; the run's seed is printed, and `RILL_SEED=<seed>`
 //! repeats it.
 
 mod batch_norm;
+mod determinism;
 mod elementwise;
 mod fused;
 mod graph;
@@ -13,6 +16,8 @@ mod harness;
 mod interop;
 mod norm;
 mod norm_ladder;
+mod runs;
+mod semantics;
 mod softmax;
 
 fn main() {
@@ -30,6 +35,8 @@ fn main() {
     norm_ladder::run(&mut suite);
     norm::run(&mut suite);
     batch_norm::run(&mut suite);
+    semantics::run(&mut suite);
+    determinism::run(&mut suite);
     interop::run_cases(&mut suite);
     interop::raw_views(&mut suite);
     fused::run_cases(&mut suite);

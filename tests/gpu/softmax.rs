@@ -26,7 +26,7 @@ pub fn run(suite: &mut Suite) {
 
 /// A softmax-family call the suite makes.
 #[derive(Clone, Copy, Debug)]
-enum Op {
+pub(crate) enum Op {
     Forward { log: bool },
     Backward { log: bool },
     ScaleMask,
@@ -38,15 +38,16 @@ enum Op {
 
 impl Op {
     /// The forward and backward, each with and without the log.
-    const PLAIN: [Op; 4] = [
+    pub(crate) const PLAIN: [Op; 4] = [
         Op::Forward { log: false },
         Op::Backward { log: false },
         Op::Forward { log: true },
         Op::Backward { log: true },
     ];
-    const FUSED: [Op; 5] = [Op::ScaleMask, Op::Causal, Op::CrossEntropy, Op::LogSumExp, Op::CrossEntropyBackward];
+    pub(crate) const FUSED: [Op; 5] =
+        [Op::ScaleMask, Op::Causal, Op::CrossEntropy, Op::LogSumExp, Op::CrossEntropyBackward];
 
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Op::Forward { log: false } => "softmax",
             Op::Forward { log: true } => "log_softmax",
@@ -117,11 +118,11 @@ impl Op {
     }
 }
 
-fn softmax_on(path: Option<PathKind>) -> Softmax {
+pub(crate) fn softmax_on(path: Option<PathKind>) -> Softmax {
     path.map_or_else(Softmax::new, Softmax::forced)
 }
 
-fn path_name(path: Option<PathKind>) -> String {
+pub(crate) fn path_name(path: Option<PathKind>) -> String {
     path.map_or("auto".into(), |p| format!("{p:?}").to_lowercase())
 }
 
@@ -144,7 +145,7 @@ fn logits<T: Element>(rng: &mut Rng, rows: usize, cols: usize) -> Vec<T> {
         .collect()
 }
 
-fn f64s<T: Element>(v: &[T]) -> Vec<f64> {
+pub(crate) fn f64s<T: Element>(v: &[T]) -> Vec<f64> {
     v.iter().map(|x| x.to_f64()).collect()
 }
 
@@ -270,21 +271,25 @@ fn causal_case<T: Element>(suite: &mut Suite, name: &str, softmax: Softmax, rows
     suite.case(name, tolerance_of::<T>(), |suite, rng| {
         let x = logits::<T>(rng, rows, cols);
         let shape = causal_shape(rows, cols);
-        let queries = shape[1];
         let x_dev = Tensor::from_slice(&suite.gpu, &x, &shape)?;
         let mut output = suite.poisoned::<T>(rows * cols, 0)?;
         let mut y = output.view_mut().reshape(&shape)?;
         let plan = softmax.causal(&suite.stream, &x_dev, SCALE, &mut y)?;
         let got = output.to_vec()?;
-        let scaled: Vec<f64> = (0..rows * cols)
-            .map(|i| {
-                let (r, c) = (i / cols, i % cols);
-                if c <= r % queries { x[i].to_f64() * SCALE as f64 } else { f64::NEG_INFINITY }
-            })
-            .collect();
-        let want = softmax_rows(&scaled, cols, false);
-        Ok(measured(&got, &want, |_| probability_floor::<T>(), &plan))
+        Ok(measured(&got, &causal_want(&x, rows, cols), |_| probability_floor::<T>(), &plan))
     });
+}
+
+/// The causal softmax of `x` (`rows x cols`, shaped by [`causal_shape`]) in f64.
+fn causal_want<T: Element>(x: &[T], rows: usize, cols: usize) -> Vec<f64> {
+    let queries = causal_shape(rows, cols)[1];
+    let scaled: Vec<f64> = (0..rows * cols)
+        .map(|i| {
+            let (r, c) = (i / cols, i % cols);
+            if c <= r % queries { x[i].to_f64() * SCALE as f64 } else { f64::NEG_INFINITY }
+        })
+        .collect();
+    softmax_rows(&scaled, cols, false)
 }
 
 fn cross_entropy_case<T: Element>(suite: &mut Suite, name: &str, softmax: Softmax, rows: usize, cols: usize) {
@@ -316,21 +321,43 @@ fn logsumexp_case<T: Element>(suite: &mut Suite, name: &str, softmax: Softmax, r
 
 fn cross_entropy_backward_case<T: Element>(suite: &mut Suite, name: &str, softmax: Softmax, rows: usize, cols: usize) {
     suite.case(name, tolerance_of::<T>(), |suite, rng| {
-        let x: Vec<T> = (0..rows * cols).map(|_| T::from_f64(rng.uniform(-8.0, 8.0))).collect();
-        let target = targets(rng, rows, cols);
-        let dloss: Vec<f32> = (0..rows).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
-        let x_dev = Tensor::from_slice(&suite.gpu, &x, &[rows, cols])?;
-        let target_dev = Tensor::from_slice(&suite.gpu, &target, &[rows])?;
-        let dloss_dev = Tensor::from_slice(&suite.gpu, &dloss, &[rows])?;
+        let grad = CrossEntropyGrad::<T>::random(rng, rows, cols);
+        let x_dev = Tensor::from_slice(&suite.gpu, &grad.x, &[rows, cols])?;
+        let target_dev = Tensor::from_slice(&suite.gpu, &grad.target, &[rows])?;
+        let dloss_dev = Tensor::from_slice(&suite.gpu, &grad.dloss, &[rows])?;
         let mut output = suite.poisoned::<T>(rows * cols, 0)?;
         let mut dx = output.view_mut().reshape(&[rows, cols])?;
         let plan = softmax.cross_entropy_backward(&suite.stream, &x_dev, &target_dev, &dloss_dev, &mut dx)?;
         let got = output.to_vec()?;
-        let want = cross_entropy_backward_rows(&f64s(&x), &target, &f64s(&dloss), cols);
-        let magnitude = cross_entropy_backward_magnitude_rows(&f64s(&x), &target, &f64s(&dloss), cols);
-        let floor = probability_floor::<T>();
-        Ok(measured(&got, &want, |i| magnitude[i].max(floor), &plan))
+        let (want, floors) = grad.want(cols);
+        Ok(measured(&got, &want, |i| floors[i], &plan))
     });
+}
+
+/// Cross entropy backward's inputs: logits in [-8, 8), a target per row and a loss
+/// gradient per row in [-2, 2).
+struct CrossEntropyGrad<T> {
+    x: Vec<T>,
+    target: Vec<i64>,
+    dloss: Vec<f32>,
+}
+
+impl<T: Element> CrossEntropyGrad<T> {
+    fn random(rng: &mut Rng, rows: usize, cols: usize) -> Self {
+        let x = (0..rows * cols).map(|_| T::from_f64(rng.uniform(-8.0, 8.0))).collect();
+        let target = targets(rng, rows, cols);
+        let dloss = (0..rows).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
+        CrossEntropyGrad { x, target, dloss }
+    }
+
+    /// dlogits in f64, and each element's error floor: the magnitude of its terms (they
+    /// cancel), at least the probability floor.
+    fn want(&self, cols: usize) -> (Vec<f64>, Vec<f64>) {
+        let (x, dloss) = (f64s(&self.x), f64s(&self.dloss));
+        let want = cross_entropy_backward_rows(&x, &self.target, &dloss, cols);
+        let magnitude = cross_entropy_backward_magnitude_rows(&x, &self.target, &dloss, cols);
+        (want, magnitude.into_iter().map(|m| m.max(probability_floor::<T>())).collect())
+    }
 }
 
 /// Offsets (in elements) of the input, second input and output of the offset-view cases:
@@ -367,6 +394,20 @@ fn offset_views<T: Element>(suite: &mut Suite) {
             for path in suite.paths(Some(Forced::All), backward, ask) {
                 offset_backward::<T>(suite, &backward(path), softmax_on(path), rows, cols, offsets, pack);
             }
+            // Causal and cross entropy backward read x and write one output: their pack is
+            // theirs alone (mixed, they are the only cases of their pack-1 block kernels).
+            let x_and_output = want_pack::<T>(cols, &[offsets[0], offsets[2]]);
+            let causal = |path| format!("softmax/offset_causal/{}", at(path));
+            let ask = |suite: &Suite| Op::Causal.ask::<T>(suite, rows, cols, offsets);
+            for path in suite.paths(Some(Forced::All), causal, ask) {
+                offset_causal::<T>(suite, &causal(path), softmax_on(path), rows, cols, offsets, x_and_output);
+            }
+            let grad = |path| format!("softmax/offset_cross_entropy_backward/{}", at(path));
+            let ask = |suite: &Suite| Op::CrossEntropyBackward.ask::<T>(suite, rows, cols, offsets);
+            for path in suite.paths(Some(Forced::All), grad, ask) {
+                let softmax = softmax_on(path);
+                offset_cross_entropy_backward::<T>(suite, &grad(path), softmax, rows, cols, offsets, x_and_output);
+            }
         }
     }
 }
@@ -375,7 +416,7 @@ fn offset_views<T: Element>(suite: &mut Suite) {
 /// into their allocations: the widest where the rows and every array are aligned to it, or
 /// on the block paths where the arrays share one phase (they run each row from its head);
 /// else 1.
-fn want_pack<T: Element>(cols: usize, offsets: &[usize]) -> impl Fn(&Plan) -> usize + Copy {
+fn want_pack<T: Element>(cols: usize, offsets: &[usize]) -> impl Fn(&Plan) -> usize + Copy + use<T> {
     let widest = 16 / size_of::<T>();
     let aligned = cols.is_multiple_of(widest) && offsets.iter().all(|o| o.is_multiple_of(widest));
     let shared = offsets.iter().all(|o| o % widest == offsets[0] % widest);
@@ -463,6 +504,50 @@ fn offset_backward<T: Element>(
         let magnitude = softmax_backward_magnitude_rows(&f64s(&y), &f64s(&dy), cols, true);
         let floor = relative_floor(T::DTYPE);
         Ok(measured_view(&out.to_vec()?, output, &want, |i| magnitude[i].max(floor), &plan, want_pack(&plan)))
+    });
+}
+
+fn offset_causal<T: Element>(
+    suite: &mut Suite,
+    name: &str,
+    softmax: Softmax,
+    rows: usize,
+    cols: usize,
+    [input, _, output]: [usize; 3],
+    want_pack: impl Fn(&Plan) -> usize,
+) {
+    suite.case(name, tolerance_of::<T>(), |suite, rng| {
+        let x = logits::<T>(rng, rows, cols);
+        let shape = causal_shape(rows, cols);
+        let x_dev = suite.upload(&x, input)?;
+        let mut out = suite.poisoned::<T>(rows * cols, output)?;
+        let mut y = view_mut_at(&mut out, output, &shape)?;
+        let plan = softmax.causal(&suite.stream, &view_at(&x_dev, input, &shape)?, SCALE, &mut y)?;
+        let want = causal_want(&x, rows, cols);
+        Ok(measured_view(&out.to_vec()?, output, &want, |_| probability_floor::<T>(), &plan, want_pack(&plan)))
+    });
+}
+
+fn offset_cross_entropy_backward<T: Element>(
+    suite: &mut Suite,
+    name: &str,
+    softmax: Softmax,
+    rows: usize,
+    cols: usize,
+    [input, _, output]: [usize; 3],
+    want_pack: impl Fn(&Plan) -> usize,
+) {
+    suite.case(name, tolerance_of::<T>(), |suite, rng| {
+        let grad = CrossEntropyGrad::<T>::random(rng, rows, cols);
+        let x_dev = suite.upload(&grad.x, input)?;
+        let target_dev = Tensor::from_slice(&suite.gpu, &grad.target, &[rows])?;
+        let dloss_dev = Tensor::from_slice(&suite.gpu, &grad.dloss, &[rows])?;
+        let mut out = suite.poisoned::<T>(rows * cols, output)?;
+        let mut dx = view_mut_at(&mut out, output, &[rows, cols])?;
+        let x = view_at(&x_dev, input, &[rows, cols])?;
+        let plan = softmax.cross_entropy_backward(&suite.stream, &x, &target_dev, &dloss_dev, &mut dx)?;
+        let (want, floors) = grad.want(cols);
+        Ok(measured_view(&out.to_vec()?, output, &want, |i| floors[i], &plan, want_pack(&plan)))
     });
 }
 

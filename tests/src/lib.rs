@@ -1,9 +1,11 @@
 //! Shared pieces of rill's tests and benchmarks: f64 CPU references ([`reference`](mod@crate::reference)),
 //! seeded random inputs ([`random`]), error measurement ([`check`]), ops run by name
-//! ([`ops`]), the paths to run row-wise cases on, asked of the planner ([`paths`]), and the
-//! shape tables both the tests and the benchmarks use ([`shapes`]).
+//! ([`ops`]), the paths to run row-wise cases on, asked of the planner ([`paths`]), the
+//! shape tables both the tests and the benchmarks use ([`shapes`]), and the kernels a run
+//! reached ([`coverage`]).
 
 pub mod check;
+pub mod coverage;
 pub mod ops;
 pub mod paths;
 pub mod random;

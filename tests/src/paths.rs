@@ -12,6 +12,10 @@ pub struct Paths {
     pub dispatched: PathKind,
     /// Every path the planner takes the call on when forced, in [`PathKind::ALL`]'s order.
     pub forced: Vec<PathKind>,
+    /// The kernel each answer chose, by path (`None`: the dispatcher's), where launches are
+    /// counted ([`rill::count_launches`]); empty otherwise. The sanitizer's subset runs a
+    /// path only for a kernel no case has launched yet.
+    pub kernels: Vec<(Option<PathKind>, &'static str)>,
 }
 
 impl Paths {
@@ -19,16 +23,30 @@ impl Paths {
     /// for the dispatcher's choice, then for each path forced. A forced path refused with
     /// [`Error::Unsupported`] does not take the call; any other error is returned.
     pub fn ask(mut plan: impl FnMut(Option<PathKind>) -> rill::Result<Plan>) -> rill::Result<Paths> {
-        let dispatched = plan(None)?.kind();
+        let mut kernels = Vec::new();
+        let mut counted = rill::launch_counts();
+        let mut answer = |path: Option<PathKind>| {
+            let plan = plan(path);
+            let now = rill::launch_counts();
+            kernels.extend(now.since(&counted).planned.into_keys().map(|symbol| (path, symbol)));
+            counted = now;
+            plan
+        };
+        let dispatched = answer(None)?.kind();
         let mut forced = Vec::new();
         for path in PathKind::ALL {
-            match plan(Some(path)) {
+            match answer(Some(path)) {
                 Ok(_) => forced.push(path),
                 Err(Error::Unsupported(_)) => {}
                 Err(error) => return Err(error),
             }
         }
-        Ok(Paths { dispatched, forced })
+        Ok(Paths { dispatched, forced, kernels })
+    }
+
+    /// The kernel the answer for `path` chose, where it is known.
+    pub fn kernel(&self, path: Option<PathKind>) -> Option<&'static str> {
+        self.kernels.iter().find(|&&(p, _)| p == path).map(|&(_, symbol)| symbol)
     }
 
     /// The dispatcher's choice (`None`), then the paths forced that `forced` keeps.
@@ -68,7 +86,8 @@ mod tests {
     #[test]
     fn forced_paths_are_those_the_planner_takes() {
         let paths = Paths::ask(wide_row).unwrap();
-        assert_eq!(paths, Paths { dispatched: PathKind::Shared, forced: vec![PathKind::Shared, PathKind::Uncached] });
+        let forced = vec![PathKind::Shared, PathKind::Uncached];
+        assert_eq!(paths, Paths { dispatched: PathKind::Shared, forced, kernels: Vec::new() });
         assert_eq!(paths.runs(Forced::All), [None, Some(PathKind::Shared), Some(PathKind::Uncached)]);
         assert_eq!(paths.runs(Forced::Others), [None, Some(PathKind::Uncached)]);
     }

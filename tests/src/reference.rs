@@ -122,12 +122,15 @@ pub fn softmax_rows(x: &[f64], cols: usize, log: bool) -> Vec<f64> {
     y
 }
 
-/// `ln(sum(e^x))` of each row of `cols`: `max + ln(sum(e^(x - max)))`.
+/// `ln(sum(e^x))` of each row of `cols`: `max + ln(sum(e^(x - max)))`, shifted by 0 where the
+/// max is infinite, as PyTorch's `logsumexp`: a row holding `+inf` gives `+inf`, a row of
+/// `-inf` gives `-inf` (not the NaN of `inf - inf`).
 pub fn logsumexp_rows(x: &[f64], cols: usize) -> Vec<f64> {
     x.chunks(cols)
         .map(|row| {
             let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            max + row.iter().map(|v| (v - max).exp()).sum::<f64>().ln()
+            let shift = if max.is_infinite() { 0.0 } else { max };
+            shift + row.iter().map(|v| (v - shift).exp()).sum::<f64>().ln()
         })
         .collect()
 }
@@ -320,4 +323,18 @@ pub fn norm_param_grads(x: &[f64], dy: &[f64], cols: usize, stats: &[(f64, f64)]
         }
     }
     grads
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logsumexp_of_infinite_rows_is_pytorchs() {
+        let (inf, nan) = (f64::INFINITY, f64::NAN);
+        let got = logsumexp_rows(&[inf, 1.0, -inf, -inf, nan, 1.0, 0.0, 0.0], 2);
+        assert_eq!(got[..2], [inf, -inf]);
+        assert!(got[2].is_nan());
+        assert!((got[3] - 2f64.ln()).abs() < 1e-15);
+    }
 }

@@ -10,11 +10,15 @@ pub const BIAS_COLS: &[usize] = &[1, 7, 8, 768, 4097];
 /// Elementwise lengths the benchmark sweeps: 2^16 to 2^28 by factors of 4.
 pub const ELEMENTWISE_BENCH_LENGTHS: &[usize] = &[1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28];
 
-/// Softmax row widths the GPU suite covers: tiny, around warp and pack multiples, the warp
-/// path's limit, odd widths, vocabulary-sized rows and rows past shared memory (262144: an
-/// f32 backward's two arrays take a cluster of 16 blocks on an H100).
-pub const SOFTMAX_TEST_COLS: &[usize] =
-    &[1, 2, 3, 31, 32, 33, 127, 1000, 1024, 1025, 2047, 4096, 4097, 12345, 32768, 50257, 131072, 262144];
+/// Softmax row widths the GPU suite covers: tiny, around warp and pack multiples, each warp
+/// tier at the widest pack and at pack 1 (257 and 512 the 16-element tier, 701 and 768 the
+/// 24, 1000 and 1023 the 32), the warp path's limit, odd widths, vocabulary-sized rows and
+/// rows past shared memory (262144: an f32 backward's two arrays take a cluster of 16
+/// blocks on an H100).
+pub const SOFTMAX_TEST_COLS: &[usize] = &[
+    1, 2, 3, 31, 32, 33, 127, 257, 512, 701, 768, 1000, 1023, 1024, 1025, 2047, 4096, 4097, 12345, 32768, 50257,
+    131072, 262144,
+];
 
 /// Row counts for a width: 1, 2, 3 and a large count (about 2^21 elements, at most 49152).
 pub fn softmax_test_rows(cols: usize) -> [usize; 4] {
@@ -36,11 +40,11 @@ pub fn softmax_bench_shapes() -> Vec<(usize, usize)> {
     shapes
 }
 
-/// Norm row widths the GPU suite covers: softmax's, with BERT's 768, and 65536 instead of
-/// 131072 (on an H100 a forward row of 65536 f32 is past shared memory, and a backward row,
-/// which caches two arrays, already at 32768).
+/// Norm row widths the GPU suite covers: softmax's but 1023, and 65536 instead of 131072
+/// (on an H100 a forward row of 65536 f32 is past shared memory, and a backward row, which
+/// caches two arrays, already at 32768).
 pub const NORM_TEST_COLS: &[usize] =
-    &[1, 2, 3, 31, 32, 33, 127, 768, 1000, 1024, 1025, 2047, 4096, 4097, 12345, 32768, 50257, 65536];
+    &[1, 2, 3, 31, 32, 33, 127, 257, 512, 701, 768, 1000, 1024, 1025, 2047, 4096, 4097, 12345, 32768, 50257, 65536];
 
 /// Row counts for a norm width: 1, 2, 3 and a large count (about 2^19 elements, at most
 /// 8192; the norm matrix has several times softmax's cases per shape).

@@ -77,7 +77,12 @@ fn elementwise_kernels_use_16_byte_accesses_and_no_local_memory() {
         assert!(body.contains("st.global.v4.u32") || output.size() < input.size(), "{symbol}: no 16-byte store");
         assert!(!body.contains(".local"), "{symbol}: uses local memory");
         assert!(!body.contains("call"), "{symbol}: calls a function (a panic path?)");
-        assert!(!body.contains("div.rn.f32") && !body.contains("div.full"), "{symbol}: IEEE division");
+        assert!(!body.contains("div.rn.f32"), "{symbol}: IEEE division");
+        // `div` and `silu` divide over the whole range (a reciprocal of a divisor past 2^126
+        // flushes to 0); the other ops divide nowhere.
+        let divides = matches!(op, ElementwiseOp::Div | ElementwiseOp::Silu);
+        assert_eq!(body.contains("div.full.f32"), divides, "{symbol}: div.full.f32 is for div and silu only");
+        assert!(!divides || !body.contains("rcp.approx"), "{symbol}: divides by a reciprocal, 0 past 2^126");
     }
 }
 
@@ -109,8 +114,9 @@ fn kernels_of(module: Module) -> Vec<(String, String)> {
 #[test]
 fn softmax_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
     let kernels = kernels_of(Module::Softmax);
-    // Kinds x (paths x dtypes x packs + phased block paths x dtypes at the widest pack).
-    assert_eq!(kernels.len(), 7 * (6 * 3 * 2 + 2 * 3), "softmax kernels");
+    // Kinds x (paths x dtypes x packs + phased block paths x dtypes at the widest pack), less
+    // the block paths' pack-1 kernels of the two kinds that read a single row array.
+    assert_eq!(kernels.len(), 7 * (6 * 3 * 2 + 2 * 3) - 2 * 2 * 3, "softmax kernels");
     for (name, body) in &kernels {
         assert!(!body.contains(".local"), "{name}: uses local memory");
         assert!(!body.contains("call"), "{name}: calls a function (a panic path?)");
@@ -171,14 +177,49 @@ fn check_row_loads(name: &str, body: &str, widest_pack: bool, plain: bool) {
     assert!(sixteen_bytes, "{name}: no 16-byte load");
 }
 
+/// The softmax family's row maxima keep NaN (`max.NaN.f32`; `max.f32` drops a NaN, and a
+/// row whose thread met only NaN came out finite), on every path, the cluster's included.
+#[test]
+fn softmax_row_maxima_keep_nan() {
+    let kernels = kernels_of(Module::Softmax).into_iter().chain(kernels_of(Module::Cluster));
+    for (name, body) in kernels.filter(|(name, _)| name.starts_with("rill_softmax_")) {
+        assert!(!body.contains("max.f32"), "{name}: a max that drops NaN");
+        // Every kind but the plain backward reduces its rows' maxima.
+        if !name.starts_with("rill_softmax_backward_") {
+            assert!(body.contains("max.NaN.f32"), "{name}: no NaN-propagating max");
+        }
+    }
+}
+
+/// BatchNorm keeps NaN where PyTorch does: the variance's clamp at 0 is a `max.NaN.f32`
+/// (`max.f32` turned a NaN variance into 0), and every ReLU test is `!(y <= 0)`, an unordered
+/// `setp.gtu` (an ordered `y > 0` stopped dy at a NaN y).
+#[test]
+fn batch_norm_clamps_and_relu_tests_keep_nan() {
+    for (name, body) in kernels_of(Module::BatchNorm) {
+        assert!(!body.contains("max.f32"), "{name}: a max that drops NaN");
+        assert!(!body.contains("setp.gt.f"), "{name}: an ordered `>`, false at NaN");
+        if name.starts_with("rill_batch_norm_finalize_forward_") {
+            assert!(body.contains("max.NaN.f32"), "{name}: the variance's clamp drops NaN");
+        }
+        // The kernels that test y: the forwards with a ReLU, and the ReLU backward from y.
+        let tests_y =
+            name.contains("relu") && !name.contains("from_mask") && !name.starts_with("rill_batch_norm_backward_");
+        if tests_y {
+            assert!(body.contains("setp.gtu."), "{name}: no unordered ReLU test");
+        }
+    }
+}
+
 #[test]
 fn cluster_kernels_reduce_through_distributed_shared_memory() {
     let ptx = rill::ptx(Module::Cluster).expect("embedded");
     assert!(ptx.contains(".target sm_90"), "the cluster module must target sm_90");
     let kernels = kernels_of(Module::Cluster);
-    // Softmax: 7 kinds x 3 dtypes x (2 packs + phased); norms: (7 + 7 + 5) dtype triples x 2
-    // packs, and the 3 kinds phased for the 5 triples whose rows share a dtype.
-    assert_eq!(kernels.len(), 7 * 3 * 3 + (7 + 7 + 5) * 2 + 3 * 5, "cluster kernels");
+    // Softmax: 7 kinds x 3 dtypes x (2 packs + phased), less pack 1 for the 2 kinds that read
+    // a single row array; norms: (7 + 7 + 5) dtype triples x 2 packs, and the 3 kinds phased
+    // for the 5 triples whose rows share a dtype.
+    assert_eq!(kernels.len(), 7 * 3 * 3 - 2 * 3 + (7 + 7 + 5) * 2 + 3 * 5, "cluster kernels");
     for (name, body) in &kernels {
         assert!(name.contains("_cluster_"), "{name}: only cluster-path kernels belong here");
         assert!(!body.contains(".local"), "{name}: uses local memory");

@@ -1,23 +1,47 @@
-//! Developer tasks: `cargo xtask <task>`.
-//!
-//! - `build-ptx [--arch sm_XY] [--out DIR]`: builds every PTX module (default sm_80,
-//!   into `target/ptx/<arch>/`).
-//! - `gpu-bundle [--out DIR]`: builds the release GPU test suite, benchmark and runner and
-//!   copies the executables into one folder (default `.gpu/`) to run on a GPU machine.
-//! - `bench [ARGS]`: builds and runs the benchmark (`rill-bench`, see its docs for ARGS);
-//!   without a GPU it says "no CUDA device" and succeeds.
+//! Developer tasks: `cargo xtask <task>` (`cargo xtask help` lists them). `gpu-bundle`
+//! bundles this executable too, as `xtask`, so that `./xtask sanitize --gpu ./gpu` runs on
+//! a GPU machine without a Rust toolchain.
 
+mod sanitize;
+
+use clap::Parser;
 use std::path::{Path, PathBuf};
 use std::process::{Command, exit};
 
+#[derive(Parser)]
+#[command(about = "rill's developer tasks")]
+enum Task {
+    /// Builds every PTX module (into `target/ptx/<arch>/` unless `--out` says otherwise).
+    BuildPtx {
+        #[arg(long, default_value = rill_builder::DEFAULT_ARCH)]
+        arch: String,
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Builds the release GPU test suites, benchmark, runner and this executable, and copies
+    /// them into one folder (default `.gpu/`) to run on a GPU machine.
+    GpuBundle {
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Builds and runs the benchmark (`rill-bench`) with ARGS; without a GPU it says "no CUDA
+    /// device" and succeeds.
+    #[command(disable_help_flag = true)]
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Runs compute-sanitizer's memcheck, racecheck, synccheck and initcheck over a subset of
+    /// the GPU suite that launches every kernel; fails on any error or unreached kernel.
+    Sanitize(sanitize::Options),
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("build-ptx") => build_ptx(&args[1..]),
-        Some("gpu-bundle") => gpu_bundle(&args[1..]),
-        Some("bench") => bench(&args[1..]),
-        _ => Err("usage: cargo xtask build-ptx [--arch sm_XY] [--out DIR] | gpu-bundle [--out DIR] | bench [ARGS]"
-            .to_string()),
+    let result = match Task::parse() {
+        Task::BuildPtx { arch, out } => build_ptx(arch, out),
+        Task::GpuBundle { out } => gpu_bundle(out),
+        Task::Bench { args } => bench(&args),
+        Task::Sanitize(options) => sanitize::run(options),
     };
     if let Err(message) = result {
         eprintln!("error: {message}");
@@ -29,22 +53,12 @@ fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
 }
 
-/// The value after `flag` in `args`, if any.
-fn flag_value<'a>(args: &'a [String], flag: &str) -> Result<Option<&'a str>, String> {
-    match args.iter().position(|a| a == flag) {
-        Some(i) => args.get(i + 1).map(|v| Some(v.as_str())).ok_or(format!("{flag} needs a value")),
-        None => Ok(None),
-    }
-}
-
-fn build_ptx(args: &[String]) -> Result<(), String> {
+fn build_ptx(arch: String, out: Option<PathBuf>) -> Result<(), String> {
     let root = workspace_root();
-    let arch = flag_value(args, "--arch")?.unwrap_or(rill_builder::DEFAULT_ARCH).to_string();
-    let out_dir = flag_value(args, "--out")?.map_or_else(|| root.join("target").join("ptx").join(&arch), PathBuf::from);
     let build = rill_builder::PtxBuild {
         crate_dir: root.join("kernels-gpu"),
         target_dir: root.join("target").join("ptx-build"),
-        out_dir,
+        out_dir: out.unwrap_or_else(|| root.join("target").join("ptx").join(&arch)),
         arch,
         modules: rill_builder::Module::ALL.to_vec(),
     };
@@ -67,25 +81,36 @@ fn cargo(root: &Path, args: &[&str]) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
-fn gpu_bundle(args: &[String]) -> Result<(), String> {
-    let root = workspace_root();
-    let out = flag_value(args, "--out")?.map_or_else(|| root.join(".gpu"), PathBuf::from);
-    std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
-
-    // Test executables: cargo names them in its JSON messages ("executable": "...").
-    let messages = cargo(&root, &["test", "--release", "--no-run", "-p", "rill-tests", "--message-format=json"])?;
-    let mut executables: Vec<PathBuf> = messages
+/// Builds rill-tests' release test executables (`selection`: e.g. `--test gpu`, or none for
+/// all of them) and returns their paths, which cargo names in its JSON messages.
+fn release_tests(root: &Path, selection: &[&str]) -> Result<Vec<PathBuf>, String> {
+    let mut args = vec!["test", "--release", "--no-run", "-p", "rill-tests", "--message-format=json"];
+    args.extend(selection);
+    let messages = cargo(root, &args)?;
+    Ok(messages
         .lines()
         .filter(|l| l.contains("\"reason\":\"compiler-artifact\"") && l.contains("\"kind\":[\"test\"]"))
         .filter_map(|l| l.split("\"executable\":\"").nth(1)?.split('"').next().map(PathBuf::from))
-        .collect();
-    cargo(&root, &["build", "--release", "-p", "rill-benches", "-p", "rill-cli"])?;
-    executables.extend(["rill-bench", "rill"].map(|name| root.join("target/release").join(name)));
-    for exe in executables {
+        .collect())
+}
+
+fn gpu_bundle(out: Option<PathBuf>) -> Result<(), String> {
+    let root = workspace_root();
+    let out = out.unwrap_or_else(|| root.join(".gpu"));
+    std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let mut executables: Vec<(PathBuf, String)> = Vec::new();
+    for exe in release_tests(&root, &[])? {
         let name = exe.file_name().and_then(|n| n.to_str()).ok_or("odd executable name")?;
         // Test binaries carry a hash suffix: `gpu-0123abcd` -> `gpu`.
-        let short = name.rsplit_once('-').filter(|(_, h)| h.len() == 16).map_or(name, |(n, _)| n);
-        std::fs::copy(&exe, out.join(short)).map_err(|e| format!("{}: {e}", exe.display()))?;
+        let short = name.rsplit_once('-').filter(|(_, h)| h.len() == 16).map_or(name, |(n, _)| n).to_string();
+        executables.push((exe, short));
+    }
+    cargo(&root, &["build", "--release", "-p", "rill-benches", "-p", "rill-cli", "-p", "rill-xtask"])?;
+    for (built, short) in [("rill-bench", "rill-bench"), ("rill", "rill"), ("rill-xtask", "xtask")] {
+        executables.push((root.join("target/release").join(built), short.to_string()));
+    }
+    for (exe, short) in executables {
+        std::fs::copy(&exe, out.join(&short)).map_err(|e| format!("{}: {e}", exe.display()))?;
         println!("bundled {short}");
     }
     Ok(())

@@ -92,6 +92,15 @@ pub fn mask_words(len: usize) -> usize {
     len.div_ceil(32)
 }
 
+/// Training's check of the values per channel (`values`), as PyTorch's: exactly one has no
+/// variance to normalize by, while none (an empty batch) is an empty result.
+fn check_values_per_channel(values: usize, shape: &[usize]) -> Result<()> {
+    if values == 1 {
+        invalid!("expected more than 1 value per channel when training, got input shape {shape:?}");
+    }
+    Ok(())
+}
+
 fn check_len(what: &str, len: usize, expected: usize, fix: &str) -> Result<()> {
     if len != expected {
         invalid!("{what} has {len} elements, expected {expected} ({fix})");
@@ -397,8 +406,9 @@ unsafe fn sums_then(
     launched
 }
 
-/// Runs the forward. Training needs more than one value per channel; eval needs the
-/// running statistics.
+/// Runs the forward. Training needs more than one value per channel, or none (an empty
+/// batch: nothing to write, and the running statistics stay); eval needs the running
+/// statistics.
 ///
 /// ```no_run
 /// # use rill::Tensor;
@@ -444,15 +454,14 @@ pub fn forward<T: Element>(stream: &Stream, options: Options, call: Forward<'_, 
     if let Some(m) = &mask {
         check_len("the mask", m.len(), mask_words(x.len()), "one bit per element of x, in u32 words")?;
     }
-    if options.training && outer * inner <= 1 {
-        invalid!("expected more than 1 value per channel when training, got input shape {:?}", x.shape());
+    if options.training {
+        check_values_per_channel(outer * inner, x.shape())?;
     }
     if !options.training && running.is_none() {
         invalid!("eval mode reads the running statistics: give them with .running()");
     }
-    if x.is_empty() {
-        return Ok(());
-    }
+    // An empty batch still counts (PyTorch's module adds to `num_batches_tracked` before
+    // `batch_norm`, which returns at once), but updates no statistic: nothing to launch.
     let momentum = match (&mut running, options.momentum) {
         (Some(r), momentum) if options.training => {
             *r.batches += 1;
@@ -460,6 +469,9 @@ pub fn forward<T: Element>(stream: &Stream, options: Options, call: Forward<'_, 
         }
         _ => 0.0,
     };
+    if x.is_empty() {
+        return Ok(());
+    }
     let pack = pack_for::<T>(&[x.address(), y.address(), addend.as_ref().map_or(0, |a| a.address())]);
     let args = BatchNormArgs {
         outer: outer as u64,
@@ -653,7 +665,8 @@ pub fn relu_backward_from_mask<T: Element>(
     )
 }
 
-/// `dx = dy` where `y > 0`, else 0: the ReLU backward the mask replaces.
+/// `dx = 0` where `y <= 0`, else `dy` (so dy passes at a NaN y, as PyTorch's
+/// `threshold_backward`): the ReLU backward the mask replaces.
 ///
 /// ```no_run
 /// # use rill::{Tensor, batch_norm};
@@ -716,6 +729,19 @@ fn flat<T: Element>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn training_rejects_one_value_per_channel_and_takes_an_empty_batch() {
+        assert!(matches!(check_values_per_channel(1, &[1, 3]), Err(crate::Error::InvalidInput(_))));
+        for values in [0, 2, 10] {
+            assert!(check_values_per_channel(values, &[values, 3]).is_ok(), "{values} values per channel");
+        }
+        // N = 0 with spatial dimensions, in either layout.
+        for layout in [Layout::ChannelsFirst, Layout::ChannelsLast] {
+            let (outer, _, inner) = extent(&[0, 3, 5], layout).expect("3 dimensions");
+            assert!(check_values_per_channel(outer * inner, &[0, 3, 5]).is_ok(), "{layout:?}");
+        }
+    }
 
     #[test]
     fn channels_last_grids_stride_whole_rows_of_channels_within_a_wave() {

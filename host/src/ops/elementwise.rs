@@ -155,7 +155,7 @@ same_dtype_ops! {
     gelu(x) Gelu;
     /// `y = x/2 * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, PyTorch's `gelu(approximate="tanh")`.
     gelu_tanh(x) GeluTanh;
-    /// `y = x * sigmoid(x)`.
+    /// `y = x * sigmoid(x)`, computed as `x / (1 + e^-x)`.
     silu(x) Silu;
     /// `y = 1 / (1 + e^-x)`.
     sigmoid(x) Sigmoid;

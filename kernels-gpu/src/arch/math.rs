@@ -1,104 +1,80 @@
-//! Floating-point instructions: the special-function-unit approximations and the fused
-//! multiply-add that [`crate::math`] and [`crate::functor`] build on, which have host
-//! versions so that math runs in CPU unit tests; and two-lane f16/bf16 arithmetic, device only.
+//! Floating-point instructions: the special-function-unit approximations, the full-range
+//! division and the fused multiply-add that [`crate::math`] and [`crate::functor`] build on,
+//! which have host versions so that math runs in CPU unit tests; and two-lane f16/bf16
+//! arithmetic, device only.
 
 #[cfg(target_arch = "nvptx64")]
 pub use packed::*;
 
-/// `2^x`. Device: `ex2.approx.ftz.f32` (max 2 ulp, one SFU op).
-#[inline(always)]
-pub fn ex2(x: f32) -> f32 {
-    #[cfg(target_arch = "nvptx64")]
-    {
-        let y: f32;
-        // SAFETY: a pure register-to-register instruction.
-        unsafe {
-            core::arch::asm!("ex2.approx.ftz.f32 {y}, {x};", y = out(reg32) y, x = in(reg32) x,
-                options(pure, nomem, nostack));
+/// Defines an f32 instruction `$ptx` (operands `{d}` and the arguments by name) as a
+/// function, `$host` its value on the host.
+macro_rules! f32_instruction {
+    ($(#[$doc:meta])* $name:ident, $ptx:literal, ($($arg:ident),*), $host:expr) => {
+        $(#[$doc])*
+        #[inline(always)]
+        pub fn $name($($arg: f32),*) -> f32 {
+            #[cfg(target_arch = "nvptx64")]
+            {
+                let d: f32;
+                // SAFETY: a pure register-to-register instruction (sm_80).
+                unsafe {
+                    core::arch::asm!($ptx, d = out(reg32) d, $($arg = in(reg32) $arg),*,
+                        options(pure, nomem, nostack));
+                }
+                d
+            }
+            #[cfg(not(target_arch = "nvptx64"))]
+            {
+                $host
+            }
         }
-        y
-    }
-    #[cfg(not(target_arch = "nvptx64"))]
-    {
-        x.exp2()
-    }
+    };
 }
 
-/// `log2(x)`. Device: `lg2.approx.ftz.f32`.
-#[inline(always)]
-pub fn lg2(x: f32) -> f32 {
-    #[cfg(target_arch = "nvptx64")]
-    {
-        let y: f32;
-        // SAFETY: a pure register-to-register instruction.
-        unsafe {
-            core::arch::asm!("lg2.approx.ftz.f32 {y}, {x};", y = out(reg32) y, x = in(reg32) x,
-                options(pure, nomem, nostack));
-        }
-        y
-    }
-    #[cfg(not(target_arch = "nvptx64"))]
-    {
-        x.log2()
-    }
-}
-
-/// `1/sqrt(x)`. Device: `rsqrt.approx.ftz.f32`.
-#[inline(always)]
-pub fn rsqrt(x: f32) -> f32 {
-    #[cfg(target_arch = "nvptx64")]
-    {
-        let y: f32;
-        // SAFETY: a pure register-to-register instruction.
-        unsafe {
-            core::arch::asm!("rsqrt.approx.ftz.f32 {y}, {x};", y = out(reg32) y, x = in(reg32) x,
-                options(pure, nomem, nostack));
-        }
-        y
-    }
-    #[cfg(not(target_arch = "nvptx64"))]
-    {
-        1.0 / x.sqrt()
-    }
-}
-
-/// `1/x`. Device: `rcp.approx.ftz.f32` (1 ulp), instead of the IEEE division sequence.
-#[inline(always)]
-pub fn rcp(x: f32) -> f32 {
-    #[cfg(target_arch = "nvptx64")]
-    {
-        let y: f32;
-        // SAFETY: a pure register-to-register instruction.
-        unsafe {
-            core::arch::asm!("rcp.approx.ftz.f32 {y}, {x};", y = out(reg32) y, x = in(reg32) x,
-                options(pure, nomem, nostack));
-        }
-        y
-    }
-    #[cfg(not(target_arch = "nvptx64"))]
-    {
-        1.0 / x
-    }
-}
-
-/// `a * b + c` rounded once (`fma.rn.f32`).
-#[inline(always)]
-pub fn fma(a: f32, b: f32, c: f32) -> f32 {
-    #[cfg(target_arch = "nvptx64")]
-    {
-        let d: f32;
-        // SAFETY: a pure register-to-register instruction.
-        unsafe {
-            core::arch::asm!("fma.rn.f32 {d}, {a}, {b}, {c};", d = out(reg32) d, a = in(reg32) a,
-                b = in(reg32) b, c = in(reg32) c, options(pure, nomem, nostack));
-        }
-        d
-    }
-    #[cfg(not(target_arch = "nvptx64"))]
-    {
-        a.mul_add(b, c)
-    }
-}
+f32_instruction!(
+    /// `2^x`. Device: `ex2.approx.ftz.f32` (max 2 ulp, one SFU op).
+    ex2,
+    "ex2.approx.ftz.f32 {d}, {x};",
+    (x),
+    x.exp2()
+);
+f32_instruction!(
+    /// `log2(x)`. Device: `lg2.approx.ftz.f32`.
+    lg2,
+    "lg2.approx.ftz.f32 {d}, {x};",
+    (x),
+    x.log2()
+);
+f32_instruction!(
+    /// `1/sqrt(x)`. Device: `rsqrt.approx.ftz.f32`.
+    rsqrt,
+    "rsqrt.approx.ftz.f32 {d}, {x};",
+    (x),
+    1.0 / x.sqrt()
+);
+f32_instruction!(
+    /// `1/x`. Device: `rcp.approx.ftz.f32` (1 ulp), instead of the IEEE division sequence.
+    rcp,
+    "rcp.approx.ftz.f32 {d}, {x};",
+    (x),
+    1.0 / x
+);
+f32_instruction!(
+    /// `a / b` over the whole range, within 2 ulp. Device: `div.full.f32`, the reciprocal
+    /// with the operands scaled where `|b| > 2^126` (whose reciprocal `rcp.approx.ftz`
+    /// flushes to 0): a few instructions more than `a * rcp(b)`, far fewer than IEEE `div.rn`.
+    div,
+    "div.full.f32 {d}, {a}, {b};",
+    (a, b),
+    a / b
+);
+f32_instruction!(
+    /// `a * b + c` rounded once (`fma.rn.f32`).
+    fma,
+    "fma.rn.f32 {d}, {a}, {b}, {c};",
+    (a, b, c),
+    a.mul_add(b, c)
+);
 
 /// Two 16-bit lanes in one 32-bit register, one instruction for both (sm_80). Device only:
 /// the host computes 16-bit values lane by lane in f32.

@@ -11,8 +11,8 @@
 //!   cluster barrier, mbarriers, `mapa` and `st.async` into another block's shared memory;
 //! - `convert`: the f32 to bf16 conversion;
 //! - `math`: the instructions that [`crate::math`] and [`crate::functor`] build on (`ex2`, `lg2`,
-//!   `rsqrt`, `rcp`, `fma`) and the two-lane f16/bf16 `fma` and `max`: arithmetic, so not in
-//!   `convert`.
+//!   `rsqrt`, `rcp`, `div`, `fma`) and the two-lane f16/bf16 `fma` and `max`:
+//!   arithmetic, so not in `convert`.
 //!
 //! Everything exists on the NVPTX target only, except `convert` and the f32 instructions of
 //! `math`, which have host versions so the portable math built on them ([`crate::math`],

@@ -206,12 +206,21 @@ pub enum Activation {
 /// ReLU as PyTorch: NaN stays NaN (`max` would give 0).
 #[inline(always)]
 fn relu(y: f32) -> f32 {
-    if y <= 0.0 { 0.0 } else { y }
+    if passes_relu(y) { y } else { 0.0 }
+}
+
+/// Whether the ReLU backward at output `y` lets `dy` through: PyTorch's
+/// `threshold_backward` zeroes it where `y <= 0`, so a NaN `y` passes it (`y > 0` would not).
+/// The negated compare is one unordered `setp.gtu`, where `y > 0.0 || y.is_nan()` took two.
+#[allow(clippy::neg_cmp_op_on_partial_ord)]
+#[inline(always)]
+fn passes_relu(y: f32) -> bool {
+    !(y <= 0.0)
 }
 
 /// The forward apply: `y = act(scale (x - center) + shift [+ addend])`, its mask bits where
-/// `y > 0`. Without coefficients (`AFFINE == false`) it is `act(x)`: the standalone ReLU with
-/// a mask.
+/// [`passes_relu`]. Without coefficients (`AFFINE == false`) it is `act(x)`: the standalone
+/// ReLU with a mask.
 struct ForwardPass<T, const ACT: Activation, const AFFINE: bool> {
     x: Flat<T>,
     addend: Flat<T>,
@@ -260,7 +269,7 @@ impl<T: Scalar, const ACT: Activation, const AFFINE: bool> ApplyPass for Forward
                 if ACT != Activation::None {
                     y = relu(y);
                     // The bit says what the stored y says: a tiny positive y is 0 in f16.
-                    bits |= ((T::from_f32(y).to_f32() > 0.0) as u32) << j;
+                    bits |= (passes_relu(T::from_f32(y).to_f32()) as u32) << j;
                 }
                 y
             });
@@ -320,7 +329,8 @@ impl<T: Scalar, const ACT: Activation, const AFFINE: bool> ApplyPass for Backwar
     }
 }
 
-/// The ReLU backward from `y`: `dx = dy` where `y > 0`, else 0 (what the mask replaces).
+/// The ReLU backward from `y`: `dx = dy` where [`passes_relu`], else 0 (what the mask
+/// replaces).
 struct ReluBackwardPass<T> {
     dy: Flat<T>,
     y: Flat<T>,
@@ -345,7 +355,7 @@ impl<T: Scalar> ApplyPass for ReluBackwardPass<T> {
     unsafe fn finish<const P: usize>(&self, i: u64, (dy, y): Self::Fetched<P>, _: &PackCoefficients<P>, _: u32) -> u32 {
         let (dy, y) = (dy.to_f32(), y.to_f32());
         // SAFETY: forwarded.
-        unsafe { self.dx.store::<P>(i, unrolled_array(|j| if y[j] > 0.0 { dy[j] } else { 0.0 })) };
+        unsafe { self.dx.store::<P>(i, unrolled_array(|j| if passes_relu(y[j]) { dy[j] } else { 0.0 })) };
         0
     }
 }
@@ -934,7 +944,9 @@ pub unsafe fn finalize_forward<T: Scalar, const ONE: usize>(args: &BatchNormArgs
             } else {
                 let (first, second) = part_totals(args, c);
                 let m = first / count;
-                (shift + m, (second / count - m * m).max(0.0))
+                // Clamped at 0 (rounding can take it below) by a max that keeps NaN: a NaN or
+                // infinite value makes the channel's variance NaN, as PyTorch's.
+                (shift + m, (second / count - m * m).maximum(0.0))
             };
             let invstd = rsqrt(var + args.eps);
             if writer {

@@ -65,7 +65,9 @@ impl Words for Online {
 }
 
 /// Merges [`Online`] sums by rescaling the one at the smaller max to the larger: one
-/// exponential a merge (none at equal maxes, which also keeps `e^(-inf - -inf)` out).
+/// exponential a merge (none at equal maxes, which also keeps `e^(-inf - -inf)` out). A NaN
+/// max on either side makes the merged max NaN, and its sum (no comparison orders a NaN, so
+/// the scale is `e^NaN`).
 struct MergeOnline;
 
 impl Reduce for MergeOnline {
@@ -76,18 +78,22 @@ impl Reduce for MergeOnline {
     fn combine(a: Online, b: Online) -> Online {
         let (big, small) = if a.max >= b.max { (a, b) } else { (b, a) };
         let scale = if small.max == big.max { 1.0 } else { exp(small.max - big.max) };
-        Online { max: big.max, sum: big.sum + small.sum * scale }
+        Online { max: a.max.maximum(b.max), sum: big.sum + small.sum * scale }
     }
 }
 
 impl Accumulate for Online {
+    /// A NaN in the pack makes the max NaN (`maximum`, as [`Max`]), and the max's change is
+    /// found by `!=` (not `>`, which a NaN fails), so the sum turns NaN too: a thread whose
+    /// first values are NaN (or NaN and `-inf`) keeps the NaN instead of skipping it.
     #[inline(always)]
     fn add<const P: usize>(&mut self, v: [f32; P]) {
         let mut pack_max = f32::NEG_INFINITY;
-        unroll::<P>(|j| pack_max = pack_max.max(v[j]));
-        if pack_max > self.max {
-            self.sum *= exp(self.max - pack_max);
-            self.max = pack_max;
+        unroll::<P>(|j| pack_max = pack_max.maximum(v[j]));
+        let max = self.max.maximum(pack_max);
+        if max != self.max {
+            self.sum *= exp(self.max - max);
+            self.max = max;
         }
         if self.max > f32::NEG_INFINITY {
             unroll::<P>(|j| self.sum += exp(v[j] - self.max));
@@ -106,7 +112,8 @@ unsafe fn reduce_online<R: RowSplit>(split: &R, online: Online) -> (f32, f32) {
             (total.max, total.sum)
         } else {
             let max = split.all_reduce::<Max>(online.max);
-            // A thread that saw only -inf contributes 0 (its max is -inf, its sum 0).
+            // A thread that saw only -inf contributes 0 (its max is -inf, its sum 0); one that saw
+            // a NaN made the row's max NaN.
             let rescaled = if online.max > f32::NEG_INFINITY { online.sum * exp(online.max - max) } else { 0.0 };
             (max, split.all_reduce::<Sum>(rescaled))
         }
@@ -215,7 +222,8 @@ impl<V: RowValue> RowForward for Softmax<V> {
             } else if R::MERGES_REDUCTIONS {
                 wait_async_copies();
                 let max = pass.fold::<Max>();
-                // A thread that saw only -inf contributes (-inf, 0): no e^(-inf - -inf).
+                // A thread that saw only -inf contributes (-inf, 0): no e^(-inf - -inf). One that
+                // saw a NaN contributes a NaN max, which the merge keeps.
                 let sum = if max > f32::NEG_INFINITY { pass.spread(self, max) } else { 0.0 };
                 reduce_online(split, Online { max, sum })
             } else {
@@ -398,7 +406,10 @@ impl RowValue for Loss {
     }
 }
 
-/// `ln(sum(e^x))` of each row, as f32: `max + ln(sum)`.
+/// `ln(sum(e^x))` of each row, as f32: `max + ln(sum)`, or the max where it is infinite, as
+/// PyTorch (which shifts by 0 there): `+inf` for a row holding `+inf` and `-inf` for a row of
+/// `-inf` only, where `max + ln(sum)` is NaN (the sum holds `e^(inf - inf)`, or on the warp
+/// path `e^(-inf - -inf)`). A NaN anywhere in the row is the max, so the value is NaN.
 struct LogSumExp {
     out: *mut f32,
 }
@@ -409,7 +420,10 @@ impl RowValue for LogSumExp {
     #[inline(always)]
     unsafe fn write<L: LoadOne>(&self, _load: &L, row: u64, norm: Normalize) {
         // SAFETY: forwarded; `out` holds a value per row.
-        unsafe { self.out.add(row as usize).write(norm.max + norm.log_sum) }
+        unsafe {
+            let value = if norm.max.is_infinite() { norm.max } else { norm.max + norm.log_sum };
+            self.out.add(row as usize).write(value);
+        }
     }
 }
 

@@ -7,7 +7,7 @@ pub mod dispatch;
 use crate::Stream;
 use crate::error::{Result, invalid};
 use crate::fuse::FusedModule;
-use crate::launch::{LaunchConfig, active_clusters, launch};
+use crate::launch::{LaunchConfig, Tally, active_clusters, count, launch};
 use crate::module::{Attributes, Kernel, KernelKey};
 use crate::tensor::{Element, View};
 use dispatch::{Occupancies, Problem, WARP_MAX_COLS, plan};
@@ -120,7 +120,8 @@ pub(crate) struct RowCall<'a, A: RowArgs> {
     pub columns_before_blocks: bool,
     /// Whether to launch the plan, or only return it (`plan_only` on the ops): everything
     /// before the launch (checks, occupancy questions, the kernel's lookup) runs either way,
-    /// so the answer and its errors are the launch's.
+    /// so the answer and its errors are the launch's; the kernel it would launch is counted
+    /// as planned ([`crate::count_launches`]).
     pub launch: bool,
     pub stream: &'a Stream,
 }
@@ -242,6 +243,7 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
         let plan = plan(&problem, gpu.info(), Occupancies { shared: &shared, cluster: &cluster })?;
         let kernel = kernel_for(&plan)?;
         if !self.launch {
+            count(Tally::Planned, kernel.symbol);
             return Ok(plan);
         }
         match plan.path {
