@@ -72,8 +72,8 @@ struct Options {
     /// Only shapes of these row widths.
     #[arg(long, value_name = "W,W,..", value_delimiter = ',', value_parser = width, action = clap::ArgAction::Set)]
     cols: Option<Vec<usize>>,
-    /// Run the softmax family's and the norms' row kernels on this path (a shape it does
-    /// not take is an error), instead of the dispatcher's choice.
+    /// Run the sweep's softmax-family and norm rows on this path (a shape it does not take
+    /// is an error), instead of the dispatcher's choice.
     #[arg(long, value_parser = path_kind)]
     path: Option<PathKind>,
     /// Also time PyTorch eager, torch.compile, Liger and QuACK on the same shapes.

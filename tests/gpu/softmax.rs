@@ -377,7 +377,7 @@ fn offset_views<T: Element>(suite: &mut Suite) {
             let forward = |path| format!("softmax/offset_forward/{}", at(path));
             let ask = |suite: &Suite| Op::Forward { log: false }.ask::<T>(suite, rows, cols, offsets);
             for path in suite.paths(Some(Forced::All), forward, ask) {
-                offset_forward::<T>(suite, &forward(path), softmax_on(path), rows, cols, offsets, pack);
+                offset_forward::<T>(suite, &forward(path), softmax_on(path), false, rows, cols, offsets, pack);
             }
             // logsumexp's only row array is x (its pack is x's alone); its f32 values start one
             // element in.
@@ -400,7 +400,7 @@ fn offset_views<T: Element>(suite: &mut Suite) {
             let causal = |path| format!("softmax/offset_causal/{}", at(path));
             let ask = |suite: &Suite| Op::Causal.ask::<T>(suite, rows, cols, offsets);
             for path in suite.paths(Some(Forced::All), causal, ask) {
-                offset_causal::<T>(suite, &causal(path), softmax_on(path), rows, cols, offsets, x_and_output);
+                offset_forward::<T>(suite, &causal(path), softmax_on(path), true, rows, cols, offsets, x_and_output);
             }
             let grad = |path| format!("softmax/offset_cross_entropy_backward/{}", at(path));
             let ask = |suite: &Suite| Op::CrossEntropyBackward.ask::<T>(suite, rows, cols, offsets);
@@ -442,10 +442,14 @@ fn measured_view<T: Element>(
     measured(&all[offset..], want, floor, plan)
 }
 
+/// Softmax (or, where `causal`, the causal softmax) of x `input` elements into its
+/// allocation, into y `output` elements into its own.
+#[allow(clippy::too_many_arguments)]
 fn offset_forward<T: Element>(
     suite: &mut Suite,
     name: &str,
     softmax: Softmax,
+    causal: bool,
     rows: usize,
     cols: usize,
     [input, _, output]: [usize; 3],
@@ -453,11 +457,16 @@ fn offset_forward<T: Element>(
 ) {
     suite.case(name, tolerance_of::<T>(), |suite, rng| {
         let x = logits::<T>(rng, rows, cols);
+        let shape = if causal { causal_shape(rows, cols).to_vec() } else { vec![rows, cols] };
         let x_dev = suite.upload(&x, input)?;
         let mut out = suite.poisoned::<T>(rows * cols, output)?;
-        let mut y = view_mut_at(&mut out, output, &[rows, cols])?;
-        let plan = softmax.forward(&suite.stream, &view_at(&x_dev, input, &[rows, cols])?, &mut y, false)?;
-        let want = softmax_rows(&f64s(&x), cols, false);
+        let mut y = view_mut_at(&mut out, output, &shape)?;
+        let x_view = view_at(&x_dev, input, &shape)?;
+        let (plan, want) = if causal {
+            (softmax.causal(&suite.stream, &x_view, SCALE, &mut y)?, causal_want(&x, rows, cols))
+        } else {
+            (softmax.forward(&suite.stream, &x_view, &mut y, false)?, softmax_rows(&f64s(&x), cols, false))
+        };
         Ok(measured_view(&out.to_vec()?, output, &want, |_| probability_floor::<T>(), &plan, want_pack(&plan)))
     });
 }
@@ -504,27 +513,6 @@ fn offset_backward<T: Element>(
         let magnitude = softmax_backward_magnitude_rows(&f64s(&y), &f64s(&dy), cols, true);
         let floor = relative_floor(T::DTYPE);
         Ok(measured_view(&out.to_vec()?, output, &want, |i| magnitude[i].max(floor), &plan, want_pack(&plan)))
-    });
-}
-
-fn offset_causal<T: Element>(
-    suite: &mut Suite,
-    name: &str,
-    softmax: Softmax,
-    rows: usize,
-    cols: usize,
-    [input, _, output]: [usize; 3],
-    want_pack: impl Fn(&Plan) -> usize,
-) {
-    suite.case(name, tolerance_of::<T>(), |suite, rng| {
-        let x = logits::<T>(rng, rows, cols);
-        let shape = causal_shape(rows, cols);
-        let x_dev = suite.upload(&x, input)?;
-        let mut out = suite.poisoned::<T>(rows * cols, output)?;
-        let mut y = view_mut_at(&mut out, output, &shape)?;
-        let plan = softmax.causal(&suite.stream, &view_at(&x_dev, input, &shape)?, SCALE, &mut y)?;
-        let want = causal_want(&x, rows, cols);
-        Ok(measured_view(&out.to_vec()?, output, &want, |_| probability_floor::<T>(), &plan, want_pack(&plan)))
     });
 }
 
