@@ -6,7 +6,9 @@
 //! Bytes moved: a fused kernel reads the int8 logits and writes bf16 (3 bytes an element);
 //! a chain also writes and re-reads the bf16 logits (7). Each is reported over
 //! its own bytes, against the copy of the bf16 output in the same run; the path column
-//! gives the fused kernel's speed-up over the chain.
+//! gives the fused kernel's speed-up over the chain. The chain's dequantize kernel is also
+//! timed alone: it moves the fused kernel's bytes with no softmax, so it shows what that
+//! mix of reads and writes reaches.
 
 use crate::measure::Bench;
 use half::bf16;
@@ -18,12 +20,17 @@ use rill_tests::random::Rng;
 const SHAPES: &[(usize, usize)] = &[(4096, 32000), (4096, 4096), (32768, 1024)];
 
 pub fn sweep(bench: &mut Bench) -> rill::Result<()> {
-    let ops =
-        ["fused_dequant_softmax", "dequantize_then_softmax", "fused_dequant_rms_norm", "dequantize_then_rms_norm"];
+    let ops = [
+        "fused_dequant_softmax",
+        "dequantize_then_softmax",
+        "fused_dequant_rms_norm",
+        "dequantize_then_rms_norm",
+        "dequantize",
+    ];
     if !ops.iter().any(|op| bench.wants("fused", op)) || bench.quick {
         return Ok(());
     }
-    bench.plan(SHAPES.len() * 6);
+    bench.plan(SHAPES.len() * 7);
     let kernels = DequantKernels::load(&bench.gpu)?;
     for &(rows, cols) in SHAPES {
         let len = rows * cols;
@@ -46,6 +53,11 @@ pub fn sweep(bench: &mut Bench) -> rill::Result<()> {
         let (reread, _) =
             bench.time(sets, fused_bytes, |s, i| uncached.dequant_softmax(s, &qs[i], &scale, &bias, &mut outs[i]))?;
         bench.record::<bf16>("fused_dequant_softmax_uncached", &shape, "uncached", fused_bytes, reread, Some(copy));
+        // The chain's first kernel alone moves the fused kernel's bytes with no softmax: the
+        // reference for what this mix of reads and writes (1 byte in, 2 out) reaches.
+        let (alone, _) = bench
+            .time(sets, fused_bytes, |s, i| kernels.dequantize(s, (&qs[i], &scale, &bias), &mut dequantized[i]))?;
+        bench.record::<bf16>("dequantize", &shape, "the chain's first kernel alone", fused_bytes, alone, Some(copy));
         let chain_bytes = 7 * len;
         let (chain, _) = bench.time(sets, chain_bytes, |s, i| {
             kernels.dequantize_then_softmax(s, (&qs[i], &scale, &bias), &mut dequantized[i], &mut outs[i])

@@ -1,6 +1,6 @@
 //! Device, context and stream handling.
 
-use crate::error::{DriverContext, Result, invalid};
+use crate::error::{DriverContext, Error, Result, invalid};
 use crate::module::Modules;
 use cust::context::{Context, CurrentContext};
 use cust::device::{Device, DeviceAttribute};
@@ -34,8 +34,12 @@ struct GpuInner {
     info: DeviceInfo,
     // Dropped before the context (fields drop in order).
     modules: Modules,
-    context: Context,
+    /// `None` for an offline GPU ([`Gpu::offline`]).
+    context: Option<Context>,
 }
+
+/// The driver's `CUDA_ERROR_NO_DEVICE`, which an offline GPU's driver calls fail with.
+const NO_DEVICE: u32 = 100;
 
 impl Gpu {
     /// Opens GPU `ordinal`. Fails with a driver error where there is no CUDA device.
@@ -60,7 +64,48 @@ impl Gpu {
                 .map(|v| (v.major() as u32, v.minor() as u32))
                 .during("cuDriverGetVersion")?,
         };
-        Ok(Gpu { inner: Arc::new(GpuInner { info, modules: Modules::default(), context }) })
+        Ok(Gpu { inner: Arc::new(GpuInner { info, modules: Modules::default(), context: Some(context) }) })
+    }
+
+    /// A GPU described by `info` but not opened, for checking calls where there is no CUDA
+    /// device (a CI machine): every op checks its arguments as it would on the device and
+    /// returns the same errors for bad ones, then fails at its first driver call with
+    /// [`Error::Driver`] (code 100, `CUDA_ERROR_NO_DEVICE`) where a device would take over:
+    /// planning, the kernel's lookup, the launch. Its streams are placeholders; tensors
+    /// cannot be allocated on it, so views come from [`View::from_raw`] over addresses that
+    /// are never dereferenced.
+    ///
+    /// ```
+    /// # fn main() -> rill::Result<()> {
+    /// let info = rill::DeviceInfo {
+    ///     name: "an H100 that is not here".into(),
+    ///     ordinal: 0,
+    ///     compute_capability: (9, 0),
+    ///     multiprocessors: 132,
+    ///     max_threads_per_multiprocessor: 2048,
+    ///     max_shared_bytes_per_block_optin: 232_448,
+    ///     max_shared_bytes_per_multiprocessor: 233_472,
+    ///     l2_bytes: 52_428_800,
+    ///     driver_api: (13, 0),
+    /// };
+    /// let gpu = rill::Gpu::offline(info);
+    /// let stream = gpu.stream()?;
+    /// // SAFETY: an offline GPU never touches the addresses.
+    /// let x = unsafe { rill::View::<f32>::from_raw(0x1000, &[8, 4096])? };
+    /// let mut y = unsafe { rill::ViewMut::<f32>::from_raw(0x100000, &[8, 4095])? };
+    /// let wrong_shape = rill::softmax::softmax(&stream, &x, &mut y);
+    /// assert!(matches!(wrong_shape, Err(rill::Error::InvalidInput(_))));
+    /// let mut y = unsafe { rill::ViewMut::<f32>::from_raw(0x100000, &[8, 4096])? };
+    /// let checked = rill::softmax::softmax(&stream, &x, &mut y);
+    /// assert!(matches!(checked, Err(rill::Error::Driver { code: 100, .. })));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// [`Error::Driver`]: crate::Error::Driver
+    /// [`View::from_raw`]: crate::View::from_raw
+    pub fn offline(info: DeviceInfo) -> Gpu {
+        Gpu { inner: Arc::new(GpuInner { info, modules: Modules::default(), context: None }) }
     }
 
     pub fn info(&self) -> &DeviceInfo {
@@ -69,6 +114,10 @@ impl Gpu {
 
     /// A new non-blocking stream on this GPU.
     pub fn stream(&self) -> Result<Stream> {
+        if self.inner.context.is_none() {
+            // A placeholder no driver call ever gets: every one fails at `bind` first.
+            return Ok(Stream { handle: Handle::Borrowed(std::ptr::null_mut()), gpu: self.clone() });
+        }
         self.bind()?;
         let stream = CudaStream::new(StreamFlags::NON_BLOCKING, None).during("cuStreamCreate")?;
         Ok(Stream { handle: Handle::Owned(stream), gpu: self.clone() })
@@ -77,7 +126,14 @@ impl Gpu {
     /// Makes this GPU's context current on the calling thread; every driver call goes
     /// through here first, so a `Gpu` may be used from any thread.
     pub(crate) fn bind(&self) -> Result<()> {
-        CurrentContext::set_current(&self.inner.context).during("cuCtxSetCurrent")
+        match &self.inner.context {
+            Some(context) => CurrentContext::set_current(context).during("cuCtxSetCurrent"),
+            None => Err(Error::Driver {
+                call: "cuCtxSetCurrent",
+                code: NO_DEVICE,
+                message: "no CUDA device: this GPU is offline (`Gpu::offline`), so calls are checked, never run".into(),
+            }),
+        }
     }
 
     pub(crate) fn modules(&self) -> &Modules {
@@ -139,7 +195,7 @@ impl Stream {
             let mut context = std::ptr::null_mut();
             // SAFETY: the caller's promise that `raw` is a live stream; writes one handle.
             unsafe { cust::sys::cuStreamGetCtx(raw, &mut context) }.during("cuStreamGetCtx")?;
-            if context != gpu.inner.context.as_raw() {
+            if Some(context) != gpu.inner.context.as_ref().map(Context::as_raw) {
                 invalid!(
                     "the stream belongs to another CUDA context than GPU {}'s primary one: create it in the \
                      primary context (cudarc's `CudaContext::new`, PyTorch's default) or open that device",

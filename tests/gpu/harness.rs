@@ -61,8 +61,9 @@ impl Options {
         options
     }
 
-    /// Whether the run counts launches per kernel and ends with the kernels it reached.
-    fn counts_launches(&self) -> bool {
+    /// Whether the run is one of the sanitizer's selections: it asks every path of each
+    /// row-wise case and ends with the kernels it reached.
+    pub fn sanitizer_selection(&self) -> bool {
         !matches!(self.selection, Selection::All)
     }
 }
@@ -101,7 +102,9 @@ impl Suite {
             gpu.info().compute_capability.0,
             gpu.info().compute_capability.1
         );
-        rill::count_launches(options.counts_launches());
+        // Always counted: the fuzz checks that a refused call launched nothing, and the
+        // sanitizer's selections report the kernels they reached.
+        rill::count_launches(true);
         Ok(Suite {
             gpu,
             stream,
@@ -175,7 +178,7 @@ impl Suite {
         name: impl Fn(Option<PathKind>) -> String,
         ask: impl FnOnce(&Self) -> rill::Result<Paths>,
     ) -> Vec<Option<PathKind>> {
-        let forced = if self.options.counts_launches() { Some(forced.unwrap_or(Forced::All)) } else { forced };
+        let forced = if self.options.sanitizer_selection() { Some(forced.unwrap_or(Forced::All)) } else { forced };
         let Some(forced) = forced else { return vec![None] };
         let mut every = std::iter::once(None).chain(PathKind::ALL.map(Some));
         if !every.any(|path| self.wants(&name(path))) {
@@ -214,7 +217,7 @@ impl Suite {
     /// failed, a kernel went unreached or the cover could not be written.
     pub fn finish(&self) -> i32 {
         let mut failed = !self.failed.is_empty();
-        if self.options.counts_launches() {
+        if self.options.sanitizer_selection() {
             let coverage = Coverage::of(&exported_kernels(), &rill::launch_counts().launched);
             print!("{coverage}");
             failed |= coverage.unreached().next().is_some();

@@ -11,6 +11,7 @@ mod batch_norm;
 mod determinism;
 mod elementwise;
 mod fused;
+mod fuzz;
 mod graph;
 mod harness;
 mod interop;
@@ -41,5 +42,6 @@ fn main() {
     interop::raw_views(&mut suite);
     fused::run_cases(&mut suite);
     graph::run_cases(&mut suite);
+    fuzz::run(&mut suite);
     std::process::exit(suite.finish());
 }

@@ -45,11 +45,15 @@ pub fn max_relative_error<T: Element>(got: &[T], want: &[f64]) -> Option<Worst> 
 /// the reference is finite count as infinitely wrong; NaN matches only a NaN reference.
 pub fn max_error_with_floor<T: Element>(got: &[T], want: &[f64], floor: impl Fn(usize) -> f64) -> Option<Worst> {
     assert_eq!(got.len(), want.len());
-    got.iter()
-        .zip(want)
+    max_error_of(|i| got[i].to_f64(), want, floor)
+}
+
+/// [`max_error_with_floor`] of results read by index (`got(i)` for each `i` of `want`).
+pub fn max_error_of(got: impl Fn(usize) -> f64, want: &[f64], floor: impl Fn(usize) -> f64) -> Option<Worst> {
+    want.iter()
         .enumerate()
-        .map(|(index, (&g, &w))| {
-            let g = g.to_f64();
+        .map(|(index, &w)| {
+            let g = got(index);
             let error = if w.is_nan() {
                 if g.is_nan() { 0.0 } else { f64::INFINITY }
             } else if g.is_finite() {

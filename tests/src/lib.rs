@@ -6,6 +6,7 @@
 
 pub mod check;
 pub mod coverage;
+pub mod fuzz;
 pub mod ops;
 pub mod paths;
 pub mod random;

@@ -308,3 +308,62 @@ fn norm_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
         }
     }
 }
+
+/// An H100 as the planner knows it, for calls checked on an offline GPU.
+fn offline_h100() -> rill::Gpu {
+    rill::Gpu::offline(rill::DeviceInfo {
+        name: "an offline H100".into(),
+        ordinal: 0,
+        compute_capability: (9, 0),
+        multiprocessors: 132,
+        max_threads_per_multiprocessor: 2048,
+        max_shared_bytes_per_block_optin: 232_448,
+        max_shared_bytes_per_multiprocessor: 233_472,
+        l2_bytes: 52_428_800,
+        driver_api: (13, 0),
+    })
+}
+
+/// Calls the fuzz checks without a device, on an offline GPU.
+const OFFLINE_FUZZ_CALLS: usize = 20_000;
+
+/// The fuzz's calls on an offline GPU (views over made-up addresses, 4 GiB apart): each one
+/// with a planted defect fails with a typed error, each other one passes every check and
+/// fails only at the first driver call (or, empty, does nothing), and none panics.
+#[test]
+fn fuzzed_calls_are_refused_exactly_where_they_are_bad() {
+    use rill_tests::fuzz::{addresses, call, generate};
+    let seed = rill_tests::random::run_seed();
+    println!("fuzz seed {seed} (RILL_SEED={seed} repeats it)");
+    let gpu = offline_h100();
+    let stream = gpu.stream().unwrap();
+    let mut rng = rill_tests::random::Rng::new(seed);
+    let (mut failures, mut refused) = (Vec::new(), 0);
+    for _ in 0..OFFLINE_FUZZ_CALLS {
+        let case = generate(&mut rng);
+        let at = addresses(&case, |k| {
+            (0x7f00_0000_0000 + ((k as u64) << 32)) + (case.arrays[k].offset * case.arrays[k].dtype.size()) as u64
+        });
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| call(&stream, &case, at)));
+        let verdict = match (&case.defect, outcome) {
+            (_, Err(_)) => Some("panicked".to_string()),
+            (Some(_), Ok(Err(rill::Error::InvalidInput(_) | rill::Error::Unsupported(_)))) => {
+                refused += 1;
+                None
+            }
+            (Some(_), Ok(other)) => Some(format!("was not refused: {other:?}")),
+            (None, Ok(Ok(()) | Err(rill::Error::Driver { code: 100, .. }))) => None,
+            (None, Ok(Err(error))) => Some(format!("failed: {error}")),
+        };
+        if let Some(verdict) = verdict {
+            failures.push(format!("{} {verdict}", case.describe()));
+        }
+    }
+    println!("{OFFLINE_FUZZ_CALLS} calls, {refused} refused as planted");
+    assert!(
+        failures.is_empty(),
+        "{} of {OFFLINE_FUZZ_CALLS} calls (seed {seed}):\n{}",
+        failures.len(),
+        failures[..failures.len().min(20)].join("\n")
+    );
+}

@@ -8,6 +8,7 @@ use crate::Stream;
 use crate::error::{Error, Result, invalid};
 use crate::launch::{LaunchConfig, launch};
 use crate::module::{Kernel, KernelKey};
+use crate::ops::{Span, check_disjoint};
 use crate::tensor::{AsView, AsViewMut, DType, Element, View};
 use rill_kernels_gpu::abi::{
     ELEMENTWISE_BLOCK_SIZE, ELEMENTWISE_MAX_INPUTS, ELEMENTWISE_PACKS_PER_THREAD, ElementwiseArgs, max_pack,
@@ -99,6 +100,9 @@ pub(crate) fn launch_over<I: Element, O: Element>(
         }
         _ => None,
     };
+    let names: [&str; ELEMENTWISE_MAX_INPUTS] = ["input 0", "input 1", "input 2"];
+    let reads: Vec<Span<'_>> = inputs.iter().zip(names).map(|(input, what)| Span::of(what, input)).collect();
+    check_disjoint(op, &reads, &[Span::of("the output", &output)], true)?;
     if output.is_empty() {
         return Ok(());
     }

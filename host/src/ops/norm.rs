@@ -26,6 +26,7 @@ pub use super::rows::dispatch::{Path, PathKind, Plan};
 const BACKWARD_WARP_MAX_COLS: usize = 512;
 use super::columns::{ColumnSumArgs, sum_columns};
 use super::rows::{RowCall, RowKernels, check_aligned, same_shape};
+use super::{Span, check_disjoint};
 use crate::Stream;
 use crate::error::{Error, Result, invalid};
 use crate::module::KernelKey;
@@ -317,6 +318,17 @@ impl<'a, G: Element> NormParts<'a, G> {
         self
     }
 
+    /// Adds the memory these parts read (weight, bias) and write (mean, rstd).
+    fn spans(&self, reads: &mut Vec<Span<'static>>, writes: &mut Vec<Span<'static>>) {
+        let Params { weight, bias } = &self.params;
+        for (what, view) in [("the weight", weight), ("the bias", bias)] {
+            reads.extend(view.as_ref().map(|v| Span::of(what, v)));
+        }
+        for (what, view) in [("the mean", &self.mean), ("rstd", &self.rstd)] {
+            writes.extend(view.as_ref().map(|v| Span::of(what, v)));
+        }
+    }
+
     /// Checks these parts against a forward of `kind` over `rows x cols`, and writes them
     /// into `args` (with `1 / cols`) and their per-column arrays into `columns`; returns the
     /// bytes of weight and bias every row reads.
@@ -472,6 +484,14 @@ impl Norm {
         // The shared path caches x as its own dtype, as the call's default has it (a residual
         // sum is rounded to it).
         row.column_bytes = parts.fill(op, kind, (rows, cols), &mut row.args, &mut row.columns)?;
+        let mut reads = vec![Span::of("the input", &call.x)];
+        let mut writes = vec![Span::of("the output", &call.y)];
+        if let Some((residual, sum)) = &call.residual {
+            reads.push(Span::of("the residual", residual));
+            writes.push(Span::of("the sum", sum));
+        }
+        parts.spans(&mut reads, &mut writes);
+        check_disjoint(op, &reads, &writes, false)?;
         // Rows run from their heads where their arrays share an offset and an element size
         // (odd widths; `RowCall::run` checks both): the phased kernels read the weight and
         // bias an element at a time.
@@ -573,6 +593,14 @@ impl Norm {
             rms: row.args.rms,
             ..NormParamGradArgs::default()
         };
+        let mut reads = vec![Span::of("the input", &call.x), Span::of("dy", &call.dy), Span::of("rstd", &call.rstd)];
+        reads.extend(call.mean.as_ref().map(|m| Span::of("the mean", m)));
+        reads.extend(weight.as_ref().map(|w| Span::of("the weight", w)));
+        let mut writes = vec![Span::of("dx", &call.dx)];
+        for (what, grad) in [("dweight", &dweight), ("dbias", &dbias)] {
+            writes.extend(grad.as_ref().map(|g| Span::of(what, g)));
+        }
+        check_disjoint(op, &reads, &writes, false)?;
         let plan = row.run()?;
         if !self.plan_only && (dweight.is_some() || dbias.is_some()) {
             // x and dy passed the row kernel's pack check, so its pack serves stage 1, unless

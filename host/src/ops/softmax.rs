@@ -13,6 +13,7 @@ pub use super::rows::dispatch::{Path, PathKind, Plan};
 use super::rows::{RowCall, RowKernels, check_aligned, rows_cols, same_shape};
 use crate::Stream;
 use crate::error::{Result, invalid};
+use crate::ops::{Span, check_disjoint};
 use crate::tensor::{AsView, AsViewMut, Element, View};
 use rill_kernels_gpu::abi::{SOFTMAX_BACKWARD_HELD_PACKS, SoftmaxArgs};
 use rill_kernels_gpu::table::SoftmaxKind;
@@ -77,6 +78,7 @@ impl Softmax {
         call.arrays.push((y.address(), size_of::<T>()));
         call.args.output = y.address();
         call.args.log = log as u32;
+        input_and_output_disjoint(op, &x, &y)?;
         call.run()
     }
 
@@ -100,6 +102,8 @@ impl Softmax {
         call.args.log = log as u32;
         call.problem.cache_bytes_per_col = 2 * size_of::<T>() as u32;
         call.problem.cluster_held_packs = SOFTMAX_BACKWARD_HELD_PACKS as u32;
+        let reads = [Span::of("the output", &y), Span::of("the output gradient", &dy)];
+        check_disjoint(op, &reads, &[Span::of("the input gradient", &dx)], false)?;
         call.run()
     }
 
@@ -135,6 +139,8 @@ impl Softmax {
         call.args.scale = scale;
         // The shared path caches x * scale + mask, computed in f32.
         call.problem.cache_bytes_per_col = 4;
+        let reads = [Span::of("the input", &x), Span::of("the mask", &mask)];
+        check_disjoint(op, &reads, &[Span::of("the output", &y)], false)?;
         call.run()
     }
 
@@ -159,6 +165,7 @@ impl Softmax {
         call.args.output = y.address();
         call.args.period = queries as u64;
         call.args.scale = scale;
+        input_and_output_disjoint(op, &x, &y)?;
         call.run()
     }
 
@@ -181,6 +188,8 @@ impl Softmax {
         call.args.target = target.address();
         call.args.row_values = loss.address();
         call.problem.reads_once = true;
+        let reads = [Span::of("the logits", &logits), Span::of("the target", &target)];
+        check_disjoint(op, &reads, &[Span::of("the loss", &loss)], false)?;
         call.run()
     }
 
@@ -199,6 +208,7 @@ impl Softmax {
         check_aligned(op, "the output", out.address(), 4)?;
         call.args.row_values = out.address();
         call.problem.reads_once = true;
+        input_and_output_disjoint(op, &x, &out)?;
         call.run()
     }
 
@@ -224,8 +234,20 @@ impl Softmax {
         call.args.target = target.address();
         call.args.row_values = dloss.address();
         call.args.output = dlogits.address();
+        let reads =
+            [Span::of("the logits", &logits), Span::of("the target", &target), Span::of("the loss gradient", &dloss)];
+        check_disjoint(op, &reads, &[Span::of("the logits gradient", &dlogits)], false)?;
         call.run()
     }
+}
+
+/// Checks that an op's one output does not overlap its one input.
+fn input_and_output_disjoint<T: Element, U: Element>(
+    op: &str,
+    input: &impl AsView<T>,
+    output: &impl AsView<U>,
+) -> Result<()> {
+    check_disjoint(op, &[Span::of("the input", input)], &[Span::of("the output", output)], false)
 }
 
 /// The module's free functions: each runs its [`Softmax`] method with the dispatcher's choice.
