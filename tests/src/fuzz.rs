@@ -2,7 +2,7 @@
 //! and the norms, each with random shapes (0, 1, primes up to 2^18 columns), views at random
 //! offsets, random dtypes and every optional argument present or absent; about a third
 //! carry one planted defect (a mismatched shape, a wrong length, an unsupported dtype
-//! triple, an output sharing an input's memory, a null or misaligned address, a broken
+//! triple, an output sharing another array's memory, a null or misaligned address, a broken
 //! rule of the op). A call with a defect must fail with a typed error before it launches
 //! anything; one without must run, and match the f64 reference.
 //!
@@ -84,8 +84,8 @@ impl Array {
 /// Where a call finds an array other than in its own allocation.
 #[derive(Clone, Copy, Debug)]
 pub enum Placement {
-    /// At input `input`'s address plus `shift` elements of the output's dtype.
-    Over { output: usize, input: usize, shift: usize },
+    /// At array `under`'s address (an input's, or another output's) plus `shift` elements of the output's dtype.
+    Over { output: usize, under: usize, shift: usize },
     /// At address 0.
     Null(usize),
     /// One byte past its own address.
@@ -118,12 +118,12 @@ impl Case {
     }
 
     /// Where array `k`'s view lies: the allocation (by array index) and the byte offset in
-    /// it. An output placed over an input lies in that input's allocation.
+    /// it. An output placed over another array lies in that array's allocation.
     pub fn landing(&self, k: usize) -> (usize, usize) {
         match self.placement {
-            Some(Placement::Over { output, input, shift }) if output == k => {
-                let (inp, out) = (&self.arrays[input], &self.arrays[output]);
-                (input, inp.offset * inp.dtype.size() + shift * out.dtype.size())
+            Some(Placement::Over { output, under, shift }) if output == k => {
+                let (base, out) = (&self.arrays[under], &self.arrays[output]);
+                (under, base.offset * base.dtype.size() + shift * out.dtype.size())
             }
             _ => (k, self.arrays[k].offset * self.arrays[k].dtype.size()),
         }
@@ -231,7 +231,7 @@ fn elementwise(rng: &mut Rng) -> Case {
     // In place: the output at the first input's address.
     let placement = (!op.broadcasts_last && chance(rng, 0.1)).then_some(Placement::Over {
         output: arrays.len() - 1,
-        input: 0,
+        under: 0,
         shift: 0,
     });
     Case { op: Op::Elementwise(op), dtypes: (dtype, dtype, dtype), rows, cols, arrays, placement, defect: None }
@@ -402,7 +402,6 @@ fn norm(rng: &mut Rng) -> Case {
 /// Plants one defect the op must refuse, if the call has room for one.
 fn plant(rng: &mut Rng, case: &mut Case) {
     let row_op = !matches!(case.op, Op::Elementwise(_) | Op::Cast);
-    let inputs: Vec<usize> = (0..case.arrays.len()).filter(|&k| !case.arrays[k].output).collect();
     let outputs: Vec<usize> = (0..case.arrays.len()).filter(|&k| case.arrays[k].output).collect();
     let k = below(rng, case.arrays.len());
     let name = case.arrays[k].name;
@@ -419,22 +418,25 @@ fn plant(rng: &mut Rng, case: &mut Case) {
             }
             format!("{name} of shape {:?}", case.arrays[k].shape)
         }
-        // An output over an input's memory (exactly, or shifted).
+        // An output over another array's memory (an input's or another output's), exactly
+        // or shifted.
         2 if !case.arrays[k].is_empty() => {
-            let (output, input) = (pick(rng, &outputs), pick(rng, &inputs));
-            let (out, inp) = (&case.arrays[output], &case.arrays[input]);
-            if out.is_empty() || inp.is_empty() {
+            let output = pick(rng, &outputs);
+            let others: Vec<usize> = (0..case.arrays.len()).filter(|&j| j != output).collect();
+            let under = pick(rng, &others);
+            let (out, base) = (&case.arrays[output], &case.arrays[under]);
+            if out.is_empty() || base.is_empty() {
                 return;
             }
-            // In the output's elements, inside the input's bytes.
-            let room = inp.len() * inp.dtype.size() / out.dtype.size();
+            // In the output's elements, inside the other array's bytes.
+            let room = base.len() * base.dtype.size() / out.dtype.size();
             let shift = if chance(rng, 0.5) { 0 } else { below(rng, room) };
-            let exact = shift == 0 && out.dtype.size() * out.len() == inp.dtype.size() * inp.len();
+            let exact = shift == 0 && out.dtype.size() * out.len() == base.dtype.size() * base.len();
             if !row_op && exact {
                 return; // In place: allowed.
             }
-            case.placement = Some(Placement::Over { output, input, shift });
-            format!("{} over {}'s memory (+{shift})", out.name, inp.name)
+            case.placement = Some(Placement::Over { output, under, shift });
+            format!("{} over {}'s memory (+{shift})", out.name, base.name)
         }
         3 if !case.arrays[k].is_empty() => {
             case.placement = Some(Placement::Null(k));
@@ -513,8 +515,8 @@ impl Views<'_> {
 pub fn addresses(case: &Case, own: impl Fn(usize) -> u64) -> Vec<u64> {
     (0..case.arrays.len())
         .map(|k| match case.placement {
-            Some(Placement::Over { output, input, shift }) if output == k => {
-                own(input) + (shift * case.arrays[output].dtype.size()) as u64
+            Some(Placement::Over { output, under, shift }) if output == k => {
+                own(under) + (shift * case.arrays[output].dtype.size()) as u64
             }
             Some(Placement::Null(j)) if j == k => 0,
             Some(Placement::Misaligned(j)) if j == k => own(k) + 1,
