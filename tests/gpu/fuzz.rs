@@ -5,6 +5,7 @@
 //! its call.
 
 use crate::harness::{Measured, Suite};
+use crate::norm::{self, PARAM_GRAD_TOLERANCE, STATS_TOLERANCE};
 use half::{bf16, f16};
 use rill::{DType, Tensor};
 use rill_tests::check::{max_error_of, relative_floor, tolerance};
@@ -23,13 +24,6 @@ const CALLS: usize = 3000;
 /// Bytes of poison after each view, where an out-of-bounds write would show.
 const GUARD_BYTES: usize = 64;
 
-/// The norms' statistics are f32 whatever the dtypes, and their parameter gradients sums of
-/// f32 terms (the norm suite's bounds).
-const STATS_TOLERANCE: f64 = 1e-5;
-const PARAM_GRAD_TOLERANCE: f64 = 1e-4;
-/// The f32 rounding of a saved mean, which reaches y times rstd.
-const MEAN_ROUNDING: f64 = 1.0 / (1u64 << 22) as f64;
-
 pub fn run(suite: &mut Suite) {
     // A fuzz case's name does not name the same call in another run (each run draws its
     // calls from its seed), so the sanitizer's selections, which name their cases, leave
@@ -39,16 +33,6 @@ pub fn run(suite: &mut Suite) {
     }
     for k in 0..CALLS {
         suite.case(&format!("fuzz/{k:04}"), 1.0, one_call);
-    }
-}
-
-/// Norm outputs' relative error bound (the norm suite's): a few f32 ulps, or about half an
-/// ulp of the 16-bit types with room for the f32 math before the rounding.
-fn norm_tolerance(dtype: DType) -> f64 {
-    match dtype {
-        DType::F16 => 2e-3,
-        DType::BF16 => 1.6e-2,
-        _ => 1e-5,
     }
 }
 
@@ -268,32 +252,20 @@ fn expect(case: &Case, inputs: &HashMap<&'static str, Vec<f64>>, got: &dyn Fn(&s
             let stats = norm_stats_rows(&x, cols, rms, p.eps as f64);
             let (w, b) = (inputs.get("weight"), inputs.get("bias"));
             let want = norm_apply_rows(&x, cols, &stats, w.map(Vec::as_slice), b.map(Vec::as_slice));
-            let tol = norm_tolerance(u);
-            let y_floor = |i: usize| {
-                let (mean, rstd) = stats[i / cols];
-                1.0 + MEAN_ROUNDING * mean.abs() * rstd * w.map_or(1.0, |w| w[i % cols].abs()) / tol
-            };
-            checks.compare("y", &got("y"), &want, tol, y_floor);
+            let tol = norm::tolerance(u);
+            checks.compare("y", &got("y"), &want, tol, norm::y_floor(&stats, cols, w.map(Vec::as_slice), tol));
             if case.index("sum").is_some() {
                 checks.compare("sum", &got("sum"), &x, tolerance(t), |_| relative_floor(t));
             }
             if case.index("mean").is_some() {
                 let want: Vec<f64> = stats.iter().map(|s| s.0).collect();
-                let scale: Vec<f64> = x
-                    .chunks(cols)
-                    .map(|row| {
-                        (row.iter().map(|v| v * v).sum::<f64>() / cols as f64).sqrt().max(f32::MIN_POSITIVE as f64)
-                    })
-                    .collect();
+                let scale = norm::mean_scale(&x, cols);
                 checks.compare("mean", &got("mean"), &want, STATS_TOLERANCE, |r| scale[r]);
             }
             if case.index("rstd").is_some() {
                 let want: Vec<f64> = stats.iter().map(|s| s.1).collect();
-                let conditioned = |r: usize| {
-                    let (mean, rstd) = stats[r];
-                    rstd.abs() * (MEAN_ROUNDING * mean.abs() * rstd / STATS_TOLERANCE).max(1.0)
-                };
-                checks.compare("rstd", &got("rstd"), &want, STATS_TOLERANCE, conditioned);
+                let floor = norm::rstd_floor(&stats, STATS_TOLERANCE);
+                checks.compare("rstd", &got("rstd"), &want, STATS_TOLERANCE, floor);
             }
         }
         Op::NormBackward(p) => {
@@ -306,7 +278,7 @@ fn expect(case: &Case, inputs: &HashMap<&'static str, Vec<f64>>, got: &dyn Fn(&s
             let w = inputs.get("weight").map(Vec::as_slice);
             let want = norm_backward_rows(x, dy, cols, &stats, rms, w);
             let magnitude = norm_backward_magnitude_rows(x, dy, cols, &stats, rms, w);
-            checks.compare("dx", &got("dx"), &want, norm_tolerance(t), |i| magnitude[i].max(relative_floor(t)));
+            checks.compare("dx", &got("dx"), &want, norm::tolerance(t), |i| magnitude[i].max(relative_floor(t)));
             let grads = norm_param_grads(x, dy, cols, &stats);
             let tol = tolerance(g).max(PARAM_GRAD_TOLERANCE);
             if case.index("dweight").is_some() {

@@ -25,7 +25,7 @@ const EPS: f32 = 1e-5;
 /// Relative error bound of a norm output stored as `dtype` (measured against the larger
 /// of the value and a floor of about the normalized scale): a few f32 ulps, or half an
 /// ulp of f16 (2^-11) and bf16 (2^-8) with room for the f32 math before the rounding.
-fn tolerance(dtype: DType) -> f64 {
+pub(crate) fn tolerance(dtype: DType) -> f64 {
     match dtype {
         DType::F32 => 1e-5,
         DType::F16 => 2e-3,
@@ -36,10 +36,10 @@ fn tolerance(dtype: DType) -> f64 {
 
 /// dweight and dbias add up to `rows` f32 terms: their error is measured against the sum
 /// of the terms' magnitudes.
-const PARAM_GRAD_TOLERANCE: f64 = 1e-4;
+pub(crate) const PARAM_GRAD_TOLERANCE: f64 = 1e-4;
 
 /// The per-row statistics are f32 whatever the dtypes.
-const STATS_TOLERANCE: f64 = 1e-5;
+pub(crate) const STATS_TOLERANCE: f64 = 1e-5;
 
 /// Finite differences (f64, central, step 1e-3 of the row's scale) against the backward.
 const FINITE_DIFFERENCE_TOLERANCE: f64 = 1e-2;
@@ -48,6 +48,41 @@ const FINITE_DIFFERENCE_TOLERANCE: f64 = 1e-2;
 /// rstd and the weight. Negligible for ordinary rows (|mean| * rstd of a few), it dominates
 /// where the mean dwarfs the spread (constant rows, 1e4 plus noise), and y's floor allows it.
 const MEAN_ROUNDING: f64 = 1.0 / (1u64 << 22) as f64;
+
+/// The floor of y's element `i` (relative error is measured against the larger of it and
+/// the value), for outputs within `tolerance`: normalized outputs are held to an absolute
+/// error below 1, plus the mean's f32 rounding times rstd and the weight.
+pub(crate) fn y_floor<'a>(
+    stats: &'a [(f64, f64)],
+    cols: usize,
+    weight: Option<&'a [f64]>,
+    tolerance: f64,
+) -> impl Fn(usize) -> f64 + 'a {
+    move |i| {
+        let (mean, rstd) = stats[i / cols];
+        1.0 + MEAN_ROUNDING * mean.abs() * rstd * weight.map_or(1.0, |w| w[i % cols].abs()) / tolerance
+    }
+}
+
+/// Each row's root mean square, the scale of its mean's rounding, which the mean is
+/// measured against.
+pub(crate) fn mean_scale(input: &[f64], cols: usize) -> Vec<f64> {
+    input
+        .chunks(cols)
+        .map(|row| (row.iter().map(|v| v * v).sum::<f64>() / cols as f64).sqrt().max(f32::MIN_POSITIVE as f64))
+        .collect()
+}
+
+/// The floor of row `r`'s rstd, for rstd within `tolerance`. A row whose spread is small
+/// against its mean loses about `|mean| * rstd` f32 roundings of rstd to the mean's own
+/// rounding (rows of two near-equal elements: 1e-5 at a ratio of 300), which no order of
+/// summation avoids.
+pub(crate) fn rstd_floor(stats: &[(f64, f64)], tolerance: f64) -> impl Fn(usize) -> f64 + '_ {
+    move |r| {
+        let (mean, rstd) = stats[r];
+        rstd.abs() * (MEAN_ROUNDING * mean.abs() * rstd / tolerance).max(1.0)
+    }
+}
 
 pub fn run(suite: &mut Suite) {
     matrix::<f32, f32, f32>(suite, Coverage::Full);
@@ -583,12 +618,7 @@ fn forward_case<T: Element, U: Element, G: Element>(suite: &mut Suite, spec: Spe
         let want = norm_apply_rows(&input, cols, &stats, w.as_deref(), b.as_deref());
         let tol = tolerance(U::DTYPE);
         let y = checks.output("y", &run.y, at.offsets.output);
-        // Normalized outputs: absolute error below 1, plus the mean's f32 rounding.
-        let y_floor = |i: usize| {
-            let (mean, rstd) = stats[i / cols];
-            1.0 + MEAN_ROUNDING * mean.abs() * rstd * w.as_ref().map_or(1.0, |w| w[i % cols].abs()) / tol
-        };
-        checks.compare("y", y, &want, tol, y_floor);
+        checks.compare("y", y, &want, tol, y_floor(&stats, cols, w.as_deref(), tol));
         if let Some(sum) = &run.sum {
             let got = checks.output("sum", sum, at.offsets.output);
             // Bit-exact: the emulation rounds the f32 sum to nearest even, as the kernel does.
@@ -601,11 +631,7 @@ fn forward_case<T: Element, U: Element, G: Element>(suite: &mut Suite, spec: Spe
         if let Some(mean) = &run.mean {
             let got = checks.output("mean", mean, at.offsets.output);
             let want: Vec<f64> = stats.iter().map(|s| s.0).collect();
-            // Measured against the row's root mean square, the scale of its rounding.
-            let scale: Vec<f64> = input
-                .chunks(cols)
-                .map(|row| (row.iter().map(|v| v * v).sum::<f64>() / cols as f64).sqrt().max(f32::MIN_POSITIVE as f64))
-                .collect();
+            let scale = mean_scale(&input, cols);
             checks.compare("mean", got, &want, STATS_TOLERANCE, |r| scale[r]);
             if data == Data::Offset1e4 {
                 // y about the kernel's own mean, whose f32 rounding (up to 5e-4 at 1e4) the
@@ -626,14 +652,7 @@ fn forward_case<T: Element, U: Element, G: Element>(suite: &mut Suite, spec: Spe
         if let Some(rstd) = &run.rstd {
             let got = checks.output("rstd", rstd, at.offsets.output);
             let want: Vec<f64> = stats.iter().map(|s| s.1).collect();
-            // A row whose spread is small against its mean loses about `|mean| * rstd` f32
-            // roundings of rstd to the mean's own rounding (rows of two near-equal elements:
-            // 1e-5 at a ratio of 300), which no order of summation avoids.
-            let conditioned = |r: usize| {
-                let (mean, rstd) = stats[r];
-                rstd.abs() * (MEAN_ROUNDING * mean.abs() * rstd / stats_tolerance).max(1.0)
-            };
-            checks.compare("rstd", got, &want, stats_tolerance, conditioned);
+            checks.compare("rstd", got, &want, stats_tolerance, rstd_floor(&stats, stats_tolerance));
         }
         Ok(checks.measured(&plans.launched))
     });

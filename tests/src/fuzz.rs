@@ -84,7 +84,8 @@ impl Array {
 /// Where a call finds an array other than in its own allocation.
 #[derive(Clone, Copy, Debug)]
 pub enum Placement {
-    /// At array `under`'s address (an input's, or another output's) plus `shift` elements of the output's dtype.
+    /// At array `under`'s address (an input's, or another output's) plus `shift` elements
+    /// of the output's dtype.
     Over { output: usize, under: usize, shift: usize },
     /// At address 0.
     Null(usize),
@@ -126,6 +127,27 @@ impl Case {
                 (under, base.offset * base.dtype.size() + shift * out.dtype.size())
             }
             _ => (k, self.arrays[k].offset * self.arrays[k].dtype.size()),
+        }
+    }
+
+    /// Whether a changed shape of array `k` still makes a valid call: a broadcast mask whose
+    /// row count still divides x's rows, or a wider or narrower x for a per-row output.
+    fn op_takes_shape(&self, k: usize) -> bool {
+        let array = &self.arrays[k];
+        match self.op {
+            Op::ScaleMask if array.name == "mask" => {
+                let rows: usize = self.arrays[0].shape[..self.arrays[0].shape.len() - 1].iter().product();
+                array.shape.len() == 2
+                    && array.shape[1] == self.cols
+                    && array.shape[0] > 0
+                    && rows.is_multiple_of(array.shape[0])
+            }
+            // Ops that write a value per row take rows of any width.
+            Op::CrossEntropy | Op::LogSumExp if array.name == "x" => {
+                let (last, outer) = array.shape.split_last().expect("x has axes");
+                *last > 0 && outer.iter().product::<usize>() == self.rows
+            }
+            _ => false,
         }
     }
 
@@ -455,29 +477,6 @@ fn plant(rng: &mut Rng, case: &mut Case) {
         _ => return,
     };
     case.defect = Some(defect);
-}
-
-impl Case {
-    /// Whether a changed shape of array `k` still makes a valid call: a broadcast mask whose
-    /// row count still divides x's rows, or a wider or narrower x for a per-row output.
-    fn op_takes_shape(&self, k: usize) -> bool {
-        let array = &self.arrays[k];
-        match self.op {
-            Op::ScaleMask if array.name == "mask" => {
-                let rows: usize = self.arrays[0].shape[..self.arrays[0].shape.len() - 1].iter().product();
-                array.shape.len() == 2
-                    && array.shape[1] == self.cols
-                    && array.shape[0] > 0
-                    && rows.is_multiple_of(array.shape[0])
-            }
-            // Ops that write a value per row take rows of any width.
-            Op::CrossEntropy | Op::LogSumExp if array.name == "x" => {
-                let (last, outer) = array.shape.split_last().expect("x has axes");
-                *last > 0 && outer.iter().product::<usize>() == self.rows
-            }
-            _ => false,
-        }
-    }
 }
 
 /// The views of a call's arrays at the addresses `address` gives, made as a caller with
