@@ -137,8 +137,10 @@ impl Softmax {
         // A broadcast mask row's offset from 16 bytes is not its input row's.
         call.phased = mask_rows == rows;
         call.args.scale = scale;
-        // The shared path caches x * scale + mask, computed in f32.
+        // The shared path caches x * scale + mask, computed in f32 and staged through
+        // registers.
         call.problem.cache_bytes_per_col = 4;
+        call.problem.cache_staged = true;
         let reads = [Span::of("the input", &x), Span::of("the mask", &mask)];
         check_disjoint(op, &reads, &[Span::of("the output", &y)], false)?;
         call.run()

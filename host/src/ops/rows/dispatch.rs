@@ -148,6 +148,12 @@ pub struct Problem {
     /// entropy): past the warp path it then streams rows, a block per row, and no cache
     /// would pay for its shared memory.
     pub reads_once: bool,
+    /// Whether the shared path stages the row through registers (its load transforms what
+    /// it reads, so no `cp.async` copies it): such a block cannot copy its next row while
+    /// it writes the last, so where a single block holds an SM nothing overlaps its loads,
+    /// and the uncached path, two blocks an SM, streams the row instead (see
+    /// [`prefers_streaming`]).
+    pub cache_staged: bool,
     pub force: Option<PathKind>,
 }
 
@@ -198,10 +204,24 @@ pub fn plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancies<'_>) 
         None if problem.cols <= problem.warp_max_cols.min(WARP_MAX_COLS) => Ok(warp_plan(problem, device)),
         None if problem.reads_once => Ok(streaming_plan(problem, device)),
         None => Ok(match shared_plan(problem, device, occupancy.shared)? {
+            Some(plan) if prefers_streaming(problem, &plan, occupancy.shared)? => uncached_plan(problem, device),
             Some(plan) => plan,
             None => cluster_plan(problem, device, occupancy.cluster)?.unwrap_or_else(|| uncached_plan(problem, device)),
         }),
     }
+}
+
+/// Whether a shared-path `plan` of a staged cache ([`Problem::cache_staged`]) loses to the
+/// uncached path: one block an SM, in packs wider than an element. Measured on the H100
+/// (scaled-masked softmax, 49152 rows): at 32768 columns the shared path ran at 65% (bf16)
+/// and 78% (f32) of copy, the uncached path at 83% and 82%; at 16384 (three blocks an SM)
+/// the shared path led, 88% against 57% in bf16. At pack 1 (4096x50257) the cache still
+/// paid in f32, 67% against 59%, and tied in bf16.
+fn prefers_streaming(problem: &Problem, plan: &Plan, occupancy: Occupancy<'_>) -> crate::Result<bool> {
+    if !problem.cache_staged || plan.pack == 1 {
+        return Ok(false);
+    }
+    Ok(occupancy(plan.block(), plan.shared_bytes())? == 1)
 }
 
 fn warp_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
@@ -327,6 +347,7 @@ mod tests {
             block_limit: 1024,
             warp_max_cols: WARP_MAX_COLS,
             reads_once: false,
+            cache_staged: false,
             force: None,
         }
     }
@@ -384,6 +405,21 @@ mod tests {
         // 768: the 24-element tier, no empty fourth pack a lane.
         let p = plan(&problem(49152, 768, 8), &device, OCCUPANCY).unwrap();
         assert_eq!(p.path, Path::Warp { width: 32, elements: 24 });
+    }
+
+    #[test]
+    fn a_staged_cache_streams_where_one_block_would_hold_an_sm() {
+        let device = h100();
+        let staged = |cols, pack| Problem { cache_staged: true, ..problem(49152, cols, pack) };
+        // 32768 f32 columns: 128 KB, one block an SM.
+        assert_eq!(plan(&staged(32768, 4), &device, OCCUPANCY).unwrap().path, Path::Uncached { block: 1024 });
+        // Three blocks an SM (64 KB), an element a pack, or a cache that copies: shared.
+        assert_eq!(plan(&staged(16384, 4), &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
+        assert_eq!(plan(&staged(32768, 1), &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
+        assert_eq!(plan(&problem(49152, 32768, 4), &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
+        // Forcing the shared path still gets it.
+        let forced = Problem { force: Some(PathKind::Shared), ..staged(32768, 4) };
+        assert_eq!(plan(&forced, &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
     }
 
     #[test]

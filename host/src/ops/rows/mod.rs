@@ -173,6 +173,7 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             cluster_held_packs: 0,
             warp_max_cols: WARP_MAX_COLS,
             reads_once: false,
+            cache_staged: false,
             force,
         };
         RowCall {
