@@ -191,9 +191,11 @@ pub fn plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancies<'_>) 
         ))),
         Some(PathKind::Warp) => Ok(warp_plan(problem, device)),
         Some(PathKind::Uncached) => Ok(uncached_plan(problem, device)),
-        Some(PathKind::Shared) => shared_plan(problem, device, occupancy.shared)?.ok_or_else(|| {
-            Unsupported(format!("a row of {} columns does not fit in this device's shared memory", problem.cols))
-        }),
+        Some(PathKind::Shared) => {
+            shared_plan(problem, device, occupancy.shared)?.map(|(plan, _)| plan).ok_or_else(|| {
+                Unsupported(format!("a row of {} columns does not fit in this device's shared memory", problem.cols))
+            })
+        }
         Some(PathKind::Cluster) => cluster_plan(problem, device, occupancy.cluster)?.ok_or_else(|| {
             Unsupported(format!(
                 "no cluster of up to {} blocks holds a row of {} columns on this device (clusters need sm_90)",
@@ -204,24 +206,21 @@ pub fn plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancies<'_>) 
         None if problem.cols <= problem.warp_max_cols.min(WARP_MAX_COLS) => Ok(warp_plan(problem, device)),
         None if problem.reads_once => Ok(streaming_plan(problem, device)),
         None => Ok(match shared_plan(problem, device, occupancy.shared)? {
-            Some(plan) if prefers_streaming(problem, &plan, occupancy.shared)? => uncached_plan(problem, device),
-            Some(plan) => plan,
+            Some((plan, resident)) if prefers_streaming(problem, &plan, resident) => uncached_plan(problem, device),
+            Some((plan, _)) => plan,
             None => cluster_plan(problem, device, occupancy.cluster)?.unwrap_or_else(|| uncached_plan(problem, device)),
         }),
     }
 }
 
-/// Whether a shared-path `plan` of a staged cache ([`Problem::cache_staged`]) loses to the
-/// uncached path: one block an SM, in packs wider than an element. Measured on the H100
-/// (scaled-masked softmax, 49152 rows): at 32768 columns the shared path ran at 65% (bf16)
-/// and 78% (f32) of copy, the uncached path at 83% and 82%; at 16384 (three blocks an SM)
-/// the shared path led, 88% against 57% in bf16. At pack 1 (4096x50257) the cache still
-/// paid in f32, 67% against 59%, and tied in bf16.
-fn prefers_streaming(problem: &Problem, plan: &Plan, occupancy: Occupancy<'_>) -> crate::Result<bool> {
-    if !problem.cache_staged || plan.pack == 1 {
-        return Ok(false);
-    }
-    Ok(occupancy(plan.block(), plan.shared_bytes())? == 1)
+/// Whether a shared-path `plan` of a staged cache ([`Problem::cache_staged`]), `resident`
+/// blocks an SM, loses to the uncached path: one block an SM, in packs wider than an
+/// element. Measured on the H100 (scaled-masked softmax, 49152 rows): at 32768 columns the
+/// shared path ran at 65% (bf16) and 78% (f32) of copy, the uncached path at 83% and 82%;
+/// at 16384 (three blocks an SM) the shared path led, 88% against 57% in bf16. At pack 1
+/// (4096x50257) the cache still paid in f32, 67% against 59%, and tied in bf16.
+fn prefers_streaming(problem: &Problem, plan: &Plan, resident: u32) -> bool {
+    problem.cache_staged && plan.pack > 1 && resident == 1
 }
 
 fn warp_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
@@ -247,9 +246,10 @@ fn block_grid(rows: usize, block: u32, device: &DeviceInfo) -> u32 {
     grid_stride_blocks(rows as u64 * block as u64, block, device)
 }
 
-/// The shared path, if the row fits: the largest block size that keeps as many blocks
-/// resident per SM as 128 threads do (more threads per row at no cost in occupancy).
-fn shared_plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancy<'_>) -> crate::Result<Option<Plan>> {
+/// The shared path, if the row fits, and the blocks it keeps resident per SM: the largest
+/// block size that keeps as many as 128 threads do (more threads per row at no cost in
+/// occupancy).
+fn shared_plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancy<'_>) -> crate::Result<Option<(Plan, u32)>> {
     let bytes = problem.cols as u64 * problem.cache_bytes_per_col as u64;
     let limit = device.max_shared_bytes_per_block_optin.saturating_sub(ROW_STATIC_SHARED_BYTES) as u64;
     if bytes > limit {
@@ -266,7 +266,8 @@ fn shared_plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancy<'_>)
             block = candidate;
         }
     }
-    Ok(Some(problem.block_plan(Path::Shared { block, shared_bytes }, block_grid(problem.rows, block, device))))
+    let plan = problem.block_plan(Path::Shared { block, shared_bytes }, block_grid(problem.rows, block, device));
+    Ok(Some((plan, baseline)))
 }
 
 /// Waves of resident clusters the cluster path's grid holds. A cluster works through its
