@@ -5,10 +5,10 @@
 //! its call.
 
 use crate::harness::{Measured, Suite};
-use crate::norm::{self, PARAM_GRAD_TOLERANCE, STATS_TOLERANCE};
+use crate::norm::{self, Checks, PARAM_GRAD_TOLERANCE, STATS_TOLERANCE};
 use half::{bf16, f16};
 use rill::{DType, Tensor};
-use rill_tests::check::{max_error_of, relative_floor, tolerance};
+use rill_tests::check::{relative_floor, tolerance};
 use rill_tests::fuzz::{Array, Case, Op, SCALE, addresses, call, generate};
 use rill_tests::random::Rng;
 use rill_tests::reference::{
@@ -99,40 +99,14 @@ fn one_call(suite: &mut Suite, rng: &mut Rng) -> rill::Result<Measured> {
         let (home, range) = bytes(k);
         decode(case.arrays[k].dtype, &read[home][range])
     };
-    let mut checks = Checks::default();
+    // The case's tolerance is 1: the checks report the worst ratio to each output's own.
+    let mut checks = Checks::new(1.0);
     expect(&case, &inputs, &got, &mut checks);
-    Ok(Measured { error: checks.ratio, detail: format!("{}; {}", checks.detail, case.describe()) })
+    Ok(checks.measured_in(&case.describe()))
 }
 
 fn failure(case: &Case, why: String) -> Measured {
     Measured { error: f64::INFINITY, detail: format!("{why}; the call: {}", case.describe()) }
-}
-
-/// The worst ratio of error to tolerance over a call's outputs.
-#[derive(Default)]
-struct Checks {
-    ratio: f64,
-    detail: String,
-}
-
-impl Checks {
-    fn compare(&mut self, what: &str, got: &[f64], want: &[f64], tolerance: f64, floor: impl Fn(usize) -> f64) {
-        if got.len() != want.len() {
-            self.ratio = f64::INFINITY;
-            self.detail = format!("{what}: {} values, the reference has {}", got.len(), want.len());
-            return;
-        }
-        if let Some(w) = max_error_of(|i| got[i], want, floor) {
-            let ratio = if w.error.is_nan() { f64::INFINITY } else { w.error / tolerance };
-            if ratio >= self.ratio {
-                self.ratio = ratio;
-                self.detail = format!(
-                    "{what}[{}]: got {:e}, want {:e}, error {:e} (tolerance {tolerance:e})",
-                    w.index, w.got, w.want, w.error
-                );
-            }
-        }
-    }
 }
 
 /// Random inputs for the case's input arrays, as the device will see them (rounded to
@@ -200,25 +174,27 @@ fn expect(case: &Case, inputs: &HashMap<&'static str, Vec<f64>>, got: &dyn Fn(&s
                     round(t, &[(op.reference)(&at)])[0]
                 })
                 .collect();
-            checks.compare("y", &got("y"), &want, tolerance(t), |_| relative_floor(t));
+            checks.compare_values("y", &got("y"), &want, tolerance(t), |_| relative_floor(t));
         }
-        Op::Cast => checks.compare("y", &got("y"), input("x"), tolerance(u), |_| relative_floor(u)),
+        Op::Cast => checks.compare_values("y", &got("y"), input("x"), tolerance(u), |_| relative_floor(u)),
         Op::Softmax { log } => {
             let floor = if log { 1.0 } else { probability_floor };
-            checks.compare("y", &got("y"), &softmax_rows(input("x"), cols, log), tolerance(t), |_| floor);
+            checks.compare_values("y", &got("y"), &softmax_rows(input("x"), cols, log), tolerance(t), |_| floor);
         }
         Op::SoftmaxBackward { log } => {
             let (y, dy) = (input("x"), input("dy"));
             let magnitude = softmax_backward_magnitude_rows(y, dy, cols, log);
             let want = softmax_backward_rows(y, dy, cols, log);
-            checks.compare("dx", &got("y"), &want, tolerance(t), |i| magnitude[i].max(relative_floor(t)));
+            checks.compare_values("dx", &got("y"), &want, tolerance(t), |i| magnitude[i].max(relative_floor(t)));
         }
         Op::ScaleMask => {
             let (x, mask) = (input("x"), input("mask"));
             let mask_rows = mask.len() / cols;
             let scaled: Vec<f64> =
                 (0..x.len()).map(|i| x[i] * SCALE as f64 + mask[(i / cols % mask_rows) * cols + i % cols]).collect();
-            checks.compare("y", &got("y"), &softmax_rows(&scaled, cols, false), tolerance(t), |_| probability_floor);
+            checks.compare_values("y", &got("y"), &softmax_rows(&scaled, cols, false), tolerance(t), |_| {
+                probability_floor
+            });
         }
         Op::Causal => {
             let x = input("x");
@@ -226,21 +202,29 @@ fn expect(case: &Case, inputs: &HashMap<&'static str, Vec<f64>>, got: &dyn Fn(&s
             let scaled: Vec<f64> = (0..x.len())
                 .map(|i| if i % cols <= i / cols % queries { x[i] * SCALE as f64 } else { f64::NEG_INFINITY })
                 .collect();
-            checks.compare("y", &got("y"), &softmax_rows(&scaled, cols, false), tolerance(t), |_| probability_floor);
+            checks.compare_values("y", &got("y"), &softmax_rows(&scaled, cols, false), tolerance(t), |_| {
+                probability_floor
+            });
         }
         Op::CrossEntropy => {
             let target: Vec<i64> = input("target").iter().map(|&v| v as i64).collect();
-            checks.compare("loss", &got("out"), &cross_entropy_rows(input("x"), &target, cols), tolerance(t), |_| 1.0);
+            checks.compare_values(
+                "loss",
+                &got("out"),
+                &cross_entropy_rows(input("x"), &target, cols),
+                tolerance(t),
+                |_| 1.0,
+            );
         }
         Op::LogSumExp => {
-            checks.compare("logsumexp", &got("out"), &logsumexp_rows(input("x"), cols), tolerance(t), |_| 1.0)
+            checks.compare_values("logsumexp", &got("out"), &logsumexp_rows(input("x"), cols), tolerance(t), |_| 1.0)
         }
         Op::CrossEntropyBackward => {
             let (x, dloss) = (input("x"), input("dloss"));
             let target: Vec<i64> = input("target").iter().map(|&v| v as i64).collect();
             let want = cross_entropy_backward_rows(x, &target, dloss, cols);
             let magnitude = cross_entropy_backward_magnitude_rows(x, &target, dloss, cols);
-            checks.compare("dlogits", &got("y"), &want, tolerance(t), |i| magnitude[i].max(probability_floor));
+            checks.compare_values("dlogits", &got("y"), &want, tolerance(t), |i| magnitude[i].max(probability_floor));
         }
         Op::NormForward(p) => {
             let rms = p.kind == rill::norm::NormKind::RmsNorm;
@@ -253,19 +237,19 @@ fn expect(case: &Case, inputs: &HashMap<&'static str, Vec<f64>>, got: &dyn Fn(&s
             let (w, b) = (inputs.get("weight"), inputs.get("bias"));
             let want = norm_apply_rows(&x, cols, &stats, w.map(Vec::as_slice), b.map(Vec::as_slice));
             let tol = norm::tolerance(u);
-            checks.compare("y", &got("y"), &want, tol, norm::y_floor(&stats, cols, w.map(Vec::as_slice), tol));
+            checks.compare_values("y", &got("y"), &want, tol, norm::y_floor(&stats, cols, w.map(Vec::as_slice), tol));
             if case.index("sum").is_some() {
-                checks.compare("sum", &got("sum"), &x, tolerance(t), |_| relative_floor(t));
+                checks.compare_values("sum", &got("sum"), &x, tolerance(t), |_| relative_floor(t));
             }
             if case.index("mean").is_some() {
                 let want: Vec<f64> = stats.iter().map(|s| s.0).collect();
                 let scale = norm::mean_scale(&x, cols);
-                checks.compare("mean", &got("mean"), &want, STATS_TOLERANCE, |r| scale[r]);
+                checks.compare_values("mean", &got("mean"), &want, STATS_TOLERANCE, |r| scale[r]);
             }
             if case.index("rstd").is_some() {
                 let want: Vec<f64> = stats.iter().map(|s| s.1).collect();
                 let floor = norm::rstd_floor(&stats, STATS_TOLERANCE);
-                checks.compare("rstd", &got("rstd"), &want, STATS_TOLERANCE, floor);
+                checks.compare_values("rstd", &got("rstd"), &want, STATS_TOLERANCE, floor);
             }
         }
         Op::NormBackward(p) => {
@@ -278,16 +262,16 @@ fn expect(case: &Case, inputs: &HashMap<&'static str, Vec<f64>>, got: &dyn Fn(&s
             let w = inputs.get("weight").map(Vec::as_slice);
             let want = norm_backward_rows(x, dy, cols, &stats, rms, w);
             let magnitude = norm_backward_magnitude_rows(x, dy, cols, &stats, rms, w);
-            checks.compare("dx", &got("dx"), &want, norm::tolerance(t), |i| magnitude[i].max(relative_floor(t)));
+            checks.compare_values("dx", &got("dx"), &want, norm::tolerance(t), |i| magnitude[i].max(relative_floor(t)));
             let grads = norm_param_grads(x, dy, cols, &stats);
             let tol = tolerance(g).max(PARAM_GRAD_TOLERANCE);
             if case.index("dweight").is_some() {
                 let floor = |c: usize| grads.dweight_magnitude[c].max(relative_floor(g));
-                checks.compare("dweight", &got("dweight"), &grads.dweight, tol, floor);
+                checks.compare_values("dweight", &got("dweight"), &grads.dweight, tol, floor);
             }
             if case.index("dbias").is_some() {
                 let floor = |c: usize| grads.dbias_magnitude[c].max(relative_floor(g));
-                checks.compare("dbias", &got("dbias"), &grads.dbias, tol, floor);
+                checks.compare_values("dbias", &got("dbias"), &grads.dbias, tol, floor);
             }
         }
     }

@@ -12,7 +12,7 @@ use half::{bf16, f16};
 use rill::norm::{Backward, Forward, GradParams, Norm, NormKind, PathKind, Plan};
 use rill::{DType, Element, Tensor, View, ViewMut};
 use rill_kernels_gpu::abi::max_pack;
-use rill_tests::check::{max_error_with_floor, relative_floor};
+use rill_tests::check::{Worst, max_error_of, max_error_with_floor, relative_floor};
 use rill_tests::paths::{Forced, Paths};
 use rill_tests::random::Rng;
 use rill_tests::reference::{
@@ -408,14 +408,15 @@ fn backward_cases<T: Element, G: Element>(suite: &mut Suite, spec: Spec, at: At,
 /// One case's comparisons, each against its own tolerance. The case's error is the worst
 /// ratio of error to tolerance, times the case's limit: it fails when any comparison does,
 /// and the detail names the comparison with its own error and tolerance.
-struct Checks {
+/// The worst ratio of error to tolerance over a case's outputs, and what it was.
+pub(crate) struct Checks {
     limit: f64,
     ratio: f64,
     detail: String,
 }
 
 impl Checks {
-    fn new(limit: f64) -> Checks {
+    pub(crate) fn new(limit: f64) -> Checks {
         Checks { limit, ratio: 0.0, detail: String::new() }
     }
 
@@ -435,7 +436,28 @@ impl Checks {
         tolerance: f64,
         floor: impl Fn(usize) -> f64,
     ) {
-        if let Some(w) = max_error_with_floor(got, want, floor) {
+        self.record(what, max_error_with_floor(got, want, floor), tolerance);
+    }
+
+    /// As [`Checks::compare`], for results already read as f64; a count unlike the
+    /// reference's fails.
+    pub(crate) fn compare_values(
+        &mut self,
+        what: &str,
+        got: &[f64],
+        want: &[f64],
+        tolerance: f64,
+        floor: impl Fn(usize) -> f64,
+    ) {
+        if got.len() != want.len() {
+            return self.fail(format!("{what}: {} values, the reference has {}", got.len(), want.len()));
+        }
+        self.record(what, max_error_of(|i| got[i], want, floor), tolerance);
+    }
+
+    /// Keeps `worst` if its ratio to `tolerance` is the largest yet.
+    fn record(&mut self, what: &str, worst: Option<Worst>, tolerance: f64) {
+        if let Some(w) = worst {
             // NaN (0 / 0) counts as infinitely wrong.
             let ratio = if w.error.is_nan() { f64::INFINITY } else { w.error / tolerance };
             if ratio > self.ratio {
@@ -478,7 +500,12 @@ impl Checks {
     }
 
     fn measured(self, plan: &Plan) -> Measured {
-        Measured { error: self.ratio * self.limit, detail: format!("{}; {}", self.detail, plan.describe()) }
+        self.measured_in(&plan.describe())
+    }
+
+    /// The result, its detail followed by `context`.
+    pub(crate) fn measured_in(self, context: &str) -> Measured {
+        Measured { error: self.ratio * self.limit, detail: format!("{}; {context}", self.detail) }
     }
 }
 
