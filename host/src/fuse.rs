@@ -33,6 +33,10 @@ pub struct FusedModule {
     /// without a failing driver call (which the sanitizers would report).
     symbols: HashSet<String>,
     kernels: Mutex<HashMap<String, Kernel>>,
+    /// Each family's facts, read once at load: reading one is a copy from the device,
+    /// which would wait for the stream's work in every call (and break stream capture).
+    /// A global that is not a family's facts keeps the message its use gets.
+    facts: HashMap<String, std::result::Result<FusedFacts, String>>,
     // Keeps the context alive until the module is unloaded (in `drop`).
     gpu: Gpu,
 }
@@ -76,7 +80,21 @@ impl FusedModule {
         let mut module = std::ptr::null_mut();
         // SAFETY: `text` is a NUL-terminated PTX string; the driver writes one module handle.
         unsafe { cust::sys::cuModuleLoadData(&mut module, text.as_ptr().cast()) }.during("cuModuleLoadData")?;
-        Ok(FusedModule { module, symbols: declared_symbols(ptx), kernels: Mutex::default(), gpu: gpu.clone() })
+        let mut loaded = FusedModule {
+            module,
+            symbols: declared_symbols(ptx),
+            kernels: Mutex::default(),
+            facts: HashMap::new(),
+            gpu: gpu.clone(),
+        };
+        for name in loaded.symbols.iter().filter_map(|symbol| symbol.strip_suffix(FACTS_SUFFIX)) {
+            let facts = match loaded.read_facts(name) {
+                Err(Error::InvalidInput(message)) => Err(message),
+                read => Ok(read?),
+            };
+            loaded.facts.insert(name.to_string(), facts);
+        }
+        Ok(loaded)
     }
 
     /// The fused softmax kernels `fused_softmax!(name, E, ...)` made, for parameters `E`;
@@ -170,12 +188,20 @@ impl FusedModule {
         Ok(facts)
     }
 
-    /// The global `<name>_facts` the kernels' macro wrote.
+    /// The facts of family `name`, as read at load.
     fn facts(&self, name: &str) -> Result<FusedFacts> {
-        let symbol = format!("{name}_facts");
-        if !self.symbols.contains(&symbol) {
-            invalid!("the fused module has no kernels named `{name}` (no `{symbol}` of a `fused_*!` macro)");
+        match self.facts.get(name) {
+            Some(Ok(facts)) => Ok(*facts),
+            Some(Err(message)) => Err(Error::InvalidInput(message.clone())),
+            None => invalid!(
+                "the fused module has no kernels named `{name}` (no `{name}{FACTS_SUFFIX}` of a `fused_*!` macro)"
+            ),
         }
+    }
+
+    /// The global `<name>_facts` the kernels' macro wrote.
+    fn read_facts(&self, name: &str) -> Result<FusedFacts> {
+        let symbol = format!("{name}{FACTS_SUFFIX}");
         let global = CString::new(symbol.as_str()).map_err(|_| Error::InvalidInput(format!("{name:?} holds NUL")))?;
         self.gpu.bind()?;
         let (mut address, mut bytes) = (0, 0usize);
@@ -220,6 +246,9 @@ impl Drop for FusedModule {
         }
     }
 }
+
+/// The suffix of the global in which a `fused_*!` macro describes a family's kernels.
+const FACTS_SUFFIX: &str = "_facts";
 
 /// What every fused row family holds: its module, name and facts, and a forced path.
 struct FusedRows<'m> {
