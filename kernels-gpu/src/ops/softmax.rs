@@ -12,7 +12,8 @@ use super::rows::backward::{BackwardRows, RowGradient};
 use super::rows::forward::{Accumulate, CachedPass, ForwardRows, NoElements, RowForward, RowOutput, RowPass, two_pass};
 use crate::abi::{CROSS_ENTROPY_IGNORE_INDEX, RowShape, SOFTMAX_BACKWARD_HELD_PACKS, SoftmaxArgs};
 use crate::arch::wait_async_copies;
-use crate::math::exp;
+use crate::arch::{ex2, fma, lg2, rcp};
+use crate::math::{LN_2, LOG2_E, exp};
 #[cfg(feature = "fuse")]
 use crate::pack::StoreOne;
 use crate::pack::{DirectLoad, DirectStore, Load, LoadOne, Pack, RowMajor, Store};
@@ -27,6 +28,7 @@ use core::num::NonZeroU64;
 struct Normalize {
     max: f32,
     inv_sum: f32,
+    log2_sum: f32,
     log_sum: f32,
     log: bool,
 }
@@ -34,13 +36,23 @@ struct Normalize {
 impl Normalize {
     #[inline(always)]
     fn new(max: f32, sum: f32, log: bool) -> Self {
-        Normalize { max, inv_sum: crate::arch::rcp(sum), log_sum: crate::math::log(sum), log }
+        let log2_sum = lg2(sum);
+        Normalize { max, inv_sum: rcp(sum), log2_sum, log_sum: log2_sum * LN_2, log }
     }
 
     /// The output for an element that holds `e^(x - max)` (softmax) or `x` (log-softmax).
     #[inline(always)]
     fn apply(self, held: f32) -> f32 {
         if self.log { held - self.max - self.log_sum } else { held * self.inv_sum }
+    }
+
+    /// Softmax's output for `x`: `e^(x - max) / sum` as one exponential,
+    /// `2^((x - max) log2(e) - log2(sum))`, a multiply an element fewer than the quotient
+    /// (the fused kernels' output passes are issue-bound). Exact where the quotient is: a
+    /// one-element row gives `2^0`, a `-inf` gives 0.
+    #[inline(always)]
+    fn softmax(self, x: f32) -> f32 {
+        ex2(fma(x - self.max, LOG2_E, -self.log2_sum))
     }
 }
 
@@ -162,7 +174,7 @@ impl<V: RowValue> RowForward for Softmax<V> {
     /// row's own dtype, which would round it.
     #[inline(always)]
     fn output<const P: usize>(&self, norm: Normalize, v: [f32; P], kept: bool, (): ()) -> [f32; P] {
-        unrolled_array(|j| norm.apply(if kept || norm.log { v[j] } else { exp(v[j] - norm.max) }))
+        unrolled_array(|j| if kept || norm.log { norm.apply(v[j]) } else { norm.softmax(v[j]) })
     }
 
     #[inline(always)]
