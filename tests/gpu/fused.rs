@@ -1,8 +1,8 @@
 //! A user's fused kernels through rill's planner (`examples/fused-dequant-softmax`):
 //! softmax, LayerNorm and RMSNorm of dequantized int8 logits into bf16, on the paths the
 //! planner picks by width, at pack 1 for odd widths and offset views, against the f64
-//! reference; the unfused chain; the user's elementwise functor; and what the fused API
-//! rejects.
+//! reference; a call recorded in a graph; the unfused chain; the user's elementwise
+//! functor; and what the fused API rejects.
 
 use crate::harness::{Measured, Suite, measure, tolerance_of, view_at, view_mut_at};
 use half::bf16;
@@ -65,6 +65,30 @@ pub fn run_cases(suite: &mut Suite) {
             let want = softmax_rows(&inputs.logits(cols), cols, false);
             let m = measure(&out.to_vec()?, &want);
             Ok(Measured { detail: format!("{} on {}", m.detail, plan.describe()), ..m })
+        });
+    }
+    // A call of a fused kernel waits for nothing (the module read its facts at load), so
+    // it can be recorded: the replay gives the eager call's bits, and recording runs nothing.
+    for (rows, cols) in [(3, 1000), (64, 32000)] {
+        suite.case(&format!("fused/dequant_softmax/captured/{rows}x{cols}"), 0.5, |suite, rng| {
+            let inputs = Inputs::random(rng, rows, cols);
+            let shape = [rows, cols];
+            let q = suite.upload(&inputs.q, 0)?;
+            let (scale, bias) = (suite.upload(&inputs.scale, 0)?, suite.upload(&inputs.bias, 0)?);
+            let (mut eager, mut replayed) =
+                (suite.poisoned::<bf16>(rows * cols, 0)?, suite.poisoned::<bf16>(rows * cols, 0)?);
+            let q = view_at(&q, 0, &shape)?;
+            kernels.dequant_softmax(&suite.stream, &q, &scale, &bias, &mut view_mut_at(&mut eager, 0, &shape)?)?;
+            let mut out = view_mut_at(&mut replayed, 0, &shape)?;
+            let graph = suite.stream.capture(|s| kernels.dequant_softmax(s, &q, &scale, &bias, &mut out).map(drop))?;
+            let poison = rill_tests::check::poison::<bf16>().to_bits();
+            if replayed.to_vec()?.iter().any(|y| y.to_bits() != poison) {
+                return Ok(Measured { error: f64::INFINITY, detail: "recording ran the kernel".into() });
+            }
+            graph.launch(&suite.stream)?;
+            let (eager, replayed) = (eager.to_vec()?, replayed.to_vec()?);
+            let differing = eager.iter().zip(&replayed).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+            Ok(Measured { error: differing as f64, detail: format!("{differing} elements differ from the eager call") })
         });
     }
     for &(rows, cols, offset) in CASES {
