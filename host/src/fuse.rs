@@ -218,7 +218,7 @@ impl FusedModule {
         unsafe {
             cust::sys::cuMemcpyDtoH_v2(words.as_mut_ptr().cast(), address, bytes).during("cuMemcpyDtoH")?;
         }
-        let [family, extra_bytes, pack, cache_bytes_per_col, weight, inputs, broadcasts_last_input] = words;
+        let [family, extra_bytes, pack, cache_bytes_per_col, weight, inputs, broadcasts_last_input, transforms] = words;
         // The family is read as a word, not copied into the enum: a word no family has would
         // not be a value of it.
         let Some(family) = [FusedFamily::Softmax, FusedFamily::Norm, FusedFamily::Elementwise]
@@ -229,7 +229,16 @@ impl FusedModule {
                 "`{symbol}` names no fused family ({family}): build the kernels with this rill's `fused_*!` macros"
             );
         };
-        Ok(FusedFacts { family, extra_bytes, pack, cache_bytes_per_col, weight, inputs, broadcasts_last_input })
+        Ok(FusedFacts {
+            family,
+            extra_bytes,
+            pack,
+            cache_bytes_per_col,
+            weight,
+            inputs,
+            broadcasts_last_input,
+            transforms,
+        })
     }
 }
 
@@ -278,6 +287,7 @@ impl<'m> FusedRows<'m> {
         let mut call =
             RowCall::over(stream, op, kernels, (rows, cols), self.facts.pack as usize, args, self.force, true);
         call.problem.cache_bytes_per_col = self.facts.cache_bytes_per_col;
+        call.problem.cache_transformed = self.facts.transforms != 0;
         call.arrays = arrays.iter().map(|a| (a.address, a.element_bytes)).collect();
         Ok(call)
     }

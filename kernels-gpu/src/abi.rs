@@ -257,6 +257,10 @@ pub struct FusedFacts {
     pub inputs: u32,
     /// Whether the elementwise functor's last input is a row broadcast along rows.
     pub broadcasts_last_input: u32,
+    /// Whether the row families' load transforms every read of a cached row
+    /// (`Load::TRANSFORMS`, in the device build's `pack` module): the planner then favours
+    /// resident threads over rows in flight.
+    pub transforms: u32,
 }
 
 /// Parameters of every softmax-family kernel, passed by value.

@@ -170,6 +170,7 @@ macro_rules! fused_rows {
                 weight: 0 $(+ <$weight as $crate::scalar::Scalar>::DTYPE.code())?,
                 inputs: 0,
                 broadcasts_last_input: 0,
+                transforms: <$load as $crate::pack::Load<$pack>>::TRANSFORMS as u32,
             };
         };
     };
@@ -204,6 +205,7 @@ macro_rules! fused_elementwise {
                 weight: 0,
                 inputs: $inputs,
                 broadcasts_last_input: <$functor as $crate::functor::Functor<$inputs>>::BROADCASTS_LAST_INPUT as u32,
+                transforms: 0,
             };
         };
     };

@@ -174,6 +174,7 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             warp_max_cols: WARP_MAX_COLS,
             reads_once: false,
             cache_staged: false,
+            cache_transformed: false,
             force,
         };
         RowCall {
