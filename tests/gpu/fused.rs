@@ -4,6 +4,7 @@
 //! reference; a call recorded in a graph; the unfused chain; the user's elementwise
 //! functor; and what the fused API rejects.
 
+use crate::graph::differing_elements;
 use crate::harness::{Measured, Suite, measure, tolerance_of, view_at, view_mut_at};
 use half::bf16;
 use rill::fuse::FusedModule;
@@ -86,8 +87,7 @@ pub fn run_cases(suite: &mut Suite) {
                 return Ok(Measured { error: f64::INFINITY, detail: "recording ran the kernel".into() });
             }
             graph.launch(&suite.stream)?;
-            let (eager, replayed) = (eager.to_vec()?, replayed.to_vec()?);
-            let differing = eager.iter().zip(&replayed).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+            let differing = differing_elements(&eager, &replayed)?;
             Ok(Measured { error: differing as f64, detail: format!("{differing} elements differ from the eager call") })
         });
     }

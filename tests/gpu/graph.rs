@@ -87,17 +87,19 @@ fn step(stream: &Stream, inputs: &Inputs, out: &mut Outputs, (rows, cols): (usiz
 /// Elements whose bits differ between the two runs' outputs, and the first output that has
 /// one.
 fn differing_bits(a: &Outputs, b: &Outputs) -> rill::Result<(usize, &'static str)> {
-    fn count<T: Element>(x: &Tensor<T>, y: &Tensor<T>) -> rill::Result<usize> {
-        let (x, y) = (x.to_vec()?, y.to_vec()?);
-        Ok(x.iter().zip(&y).filter(|(p, q)| p.to_f64().to_bits() != q.to_f64().to_bits()).count())
-    }
     let counts = [
-        ("the sum", count(&a.sum, &b.sum)?),
-        ("the norm", count(&a.normed, &b.normed)?),
-        ("the softmax", count(&a.probs, &b.probs)?),
-        ("the SiLU", count(&a.act, &b.act)?),
-        ("the loss", count(&a.loss, &b.loss)?),
+        ("the sum", differing_elements(&a.sum, &b.sum)?),
+        ("the norm", differing_elements(&a.normed, &b.normed)?),
+        ("the softmax", differing_elements(&a.probs, &b.probs)?),
+        ("the SiLU", differing_elements(&a.act, &b.act)?),
+        ("the loss", differing_elements(&a.loss, &b.loss)?),
     ];
     let total = counts.iter().map(|c| c.1).sum();
     Ok((total, counts.iter().find(|c| c.1 > 0).map_or("", |c| c.0)))
+}
+
+/// How many elements of `x` and `y` differ in their bits.
+pub(crate) fn differing_elements<T: Element>(x: &Tensor<T>, y: &Tensor<T>) -> rill::Result<usize> {
+    let (x, y) = (x.to_vec()?, y.to_vec()?);
+    Ok(x.iter().zip(&y).filter(|(p, q)| p.to_f64().to_bits() != q.to_f64().to_bits()).count())
 }
