@@ -408,7 +408,6 @@ fn backward_cases<T: Element, G: Element>(suite: &mut Suite, spec: Spec, at: At,
 /// One case's comparisons, each against its own tolerance. The case's error is the worst
 /// ratio of error to tolerance, times the case's limit: it fails when any comparison does,
 /// and the detail names the comparison with its own error and tolerance.
-/// The worst ratio of error to tolerance over a case's outputs, and what it was.
 pub(crate) struct Checks {
     limit: f64,
     ratio: f64,
