@@ -15,6 +15,10 @@ use rill_kernels_gpu::abi::{
 };
 use rill_kernels_gpu::table::RowPath;
 
+/// Widest row of any path: the block paths count a thread's packs in 32 bits (one
+/// instruction a step instead of a pair), and a count below 2^31 cannot wrap as it steps.
+pub const MAX_COLS: usize = i32::MAX as usize;
+
 /// Widest row the warp path takes: 32 lanes of the largest register tier.
 pub const WARP_MAX_COLS: usize = 32 * RowPath::Warp32.warp_elements();
 
@@ -189,6 +193,12 @@ pub struct Occupancies<'a> {
 
 /// The plan for `problem`.
 pub fn plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancies<'_>) -> crate::Result<Plan> {
+    if problem.cols > MAX_COLS {
+        return Err(Unsupported(format!(
+            "rows of at most {MAX_COLS} columns are supported, not {}: split the row, or view it as several",
+            problem.cols
+        )));
+    }
     match problem.force {
         Some(PathKind::Warp) if problem.cols > WARP_MAX_COLS => Err(Unsupported(format!(
             "the warp path takes rows of at most {WARP_MAX_COLS} columns, not {}",
@@ -384,6 +394,17 @@ mod tests {
             multiprocessors: 108,
             max_shared_bytes_per_block_optin: 163 * 1024,
             ..h100()
+        }
+    }
+
+    #[test]
+    fn rows_past_the_widest_get_a_typed_error_on_every_path() {
+        let device = h100();
+        assert_eq!(plan(&problem(1, MAX_COLS, 1), &device, OCCUPANCY).unwrap().kind(), PathKind::Uncached);
+        for force in [None, Some(PathKind::Uncached), Some(PathKind::Shared), Some(PathKind::Cluster)] {
+            let wide = Problem { force, ..problem(1, MAX_COLS + 1, 1) };
+            let err = plan(&wide, &device, OCCUPANCY).unwrap_err().to_string();
+            assert!(err.contains("at most 2147483647 columns"), "{force:?}: {err}");
         }
     }
 

@@ -572,12 +572,20 @@ impl RowSplit for ClusterSplit {
 
 /// Calls `f(local, col)` for this thread's packs of `slice`, in a block-strided loop:
 /// `local` counts packs from the slice's first, `col` is the pack's first column.
+///
+/// The loop is counted in 32 bits (an add and a compare a pack, where 64 bits take two
+/// each) beside the 64-bit index the addresses come from: one index in 32 bits alone made
+/// LLVM rebuild every address from it, reloading the arrays' bases a pack (see
+/// docs/PERF.md, "The loops' own instructions"). The host's widest row (`MAX_COLS`, under
+/// 2^31) keeps the count from wrapping.
 #[inline(always)]
 pub(crate) fn block_packs<const P: usize>(slice: Slice, mut f: impl FnMut(u64, u64)) {
-    let mut local = thread_idx_x() as u64;
-    while local < slice.packs {
+    let (packs, block) = (slice.packs as u32, block_dim_x());
+    let (mut count, mut local) = (thread_idx_x(), thread_idx_x() as u64);
+    while count < packs {
         f(local, slice.col::<P>(local));
-        local += block_dim_x() as u64;
+        count += block;
+        local += block as u64;
     }
 }
 
