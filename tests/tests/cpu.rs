@@ -102,7 +102,11 @@ fn paired_16_bit_ops_use_half2_instructions() {
 
 /// Every exported kernel of `module`: (symbol, body).
 fn kernels_of(module: Module) -> Vec<(String, String)> {
-    let ptx = rill::ptx(module).expect("embedded");
+    entries(rill::ptx(module).expect("embedded"))
+}
+
+/// Every exported kernel of `ptx`: (symbol, body).
+fn entries(ptx: &str) -> Vec<(String, String)> {
     ptx.match_indices(".entry ")
         .map(|(at, _)| {
             let name: String = ptx[at + 7..].chars().take_while(|c| *c != '(').collect();
@@ -306,6 +310,49 @@ fn norm_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
         if name.starts_with("rill_norm_forward_") || name.starts_with("rill_norm_add_forward_") {
             assert!(body.contains("rsqrt.approx"), "{name}: no rsqrt.approx");
         }
+    }
+}
+
+/// A user's fused kernels, as the example's own `build.rs` built them from rill's bodies
+/// and its int8 Load: every path and pack the planner may ask for is exported, and each
+/// keeps the row engine's accesses (int8 rows 8 bytes a pack, bf16 16) without local memory.
+#[test]
+fn a_users_fused_kernels_keep_the_row_engines_accesses() {
+    let kernels = entries(rill_example_fused_dequant_softmax::PTX);
+    for family in ["dequant_softmax", "dequant_norm"] {
+        for path in ["Warp8", "Warp16", "Warp24", "Warp32", "Shared", "Uncached"] {
+            for pack in [1, rill_example_fused_dequant_softmax::PACK] {
+                let symbol = format!("{family}_{path}_p{pack}");
+                assert!(kernels.iter().any(|(name, _)| *name == symbol), "{symbol} not exported");
+            }
+        }
+    }
+    for (name, body) in &kernels {
+        assert!(!body.contains(".local"), "{name}: uses local memory");
+        assert!(!body.contains("call"), "{name}: calls a function (a panic path?)");
+        assert!(!body.contains("div.rn.f32"), "{name}: IEEE division");
+        if name.starts_with("squared_relu_") {
+            assert!(body.contains("ld.global.nc.v4.u32"), "{name}: no 16-byte load");
+            // From f32 to bf16 a pack of 16 bytes in writes 8.
+            assert!(body.contains("st.global.v4.u32") || name.ends_with("_f32_bf16"), "{name}: no 16-byte store");
+        }
+        if !name.starts_with("dequant_softmax_") && !name.starts_with("dequant_norm_") {
+            continue;
+        }
+        assert!(body.contains("shfl.sync.bfly.b32"), "{name}: no butterfly shuffle");
+        let block_path = name.contains("_Shared") || name.contains("_Uncached");
+        assert_eq!(body.contains("bar.sync"), block_path, "{name}: barriers only on the block paths");
+        if name.ends_with("_p1") {
+            continue;
+        }
+        // The int8 logits in 8-byte packs (copied into the row cache by `cp.async` on the
+        // shared path), the bf16 bias read and the bf16 output written 16 bytes at a time;
+        // single int8 loads only at the edges of rows run from their heads.
+        let logits = if name.contains("_Shared") { "cp.async.ca.shared.global" } else { "ld.global.nc.v2.u32" };
+        for access in [logits, "ld.global.nc.v4.u32", "st.global.v4.u32"] {
+            assert!(body.contains(access), "{name}: no {access}");
+        }
+        assert_eq!(body.contains("ld.global.nc.u8"), name.contains("Phased"), "{name}: single int8 loads");
     }
 }
 
