@@ -314,19 +314,14 @@ fn norm_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
 }
 
 /// A user's fused kernels, as the example's own `build.rs` built them from rill's bodies
-/// and its int8 Load: every path and pack the planner may ask for is exported, and each
-/// keeps the row engine's accesses (int8 rows 8 bytes a pack, bf16 16) without local memory.
+/// and its int8 Load: every path and pack the planner may ask for is exported, under the
+/// symbol the host asks for (`<family>_<path:?>_p<pack>`), and each keeps the row engine's
+/// accesses (int8 rows 8 bytes a pack, bf16 16) without local memory.
 #[test]
 fn a_users_fused_kernels_keep_the_row_engines_accesses() {
-    let kernels = entries(rill_example_fused_dequant_softmax::PTX);
-    for family in ["dequant_softmax", "dequant_norm"] {
-        for path in ["Warp8", "Warp16", "Warp24", "Warp32", "Shared", "Uncached"] {
-            for pack in [1, rill_example_fused_dequant_softmax::PACK] {
-                let symbol = format!("{family}_{path}_p{pack}");
-                assert!(kernels.iter().any(|(name, _)| *name == symbol), "{symbol} not exported");
-            }
-        }
-    }
+    use rill_example_fused_dequant_softmax::{PACK, PTX};
+    use rill_kernels_gpu::table::RowPath;
+    let kernels = entries(PTX);
     for (name, body) in &kernels {
         assert!(!body.contains(".local"), "{name}: uses local memory");
         assert!(!body.contains("call"), "{name}: calls a function (a panic path?)");
@@ -336,24 +331,40 @@ fn a_users_fused_kernels_keep_the_row_engines_accesses() {
             // From f32 to bf16 a pack of 16 bytes in writes 8.
             assert!(body.contains("st.global.v4.u32") || name.ends_with("_f32_bf16"), "{name}: no 16-byte store");
         }
-        if !name.starts_with("dequant_softmax_") && !name.starts_with("dequant_norm_") {
-            continue;
-        }
-        assert!(body.contains("shfl.sync.bfly.b32"), "{name}: no butterfly shuffle");
-        let block_path = name.contains("_Shared") || name.contains("_Uncached");
-        assert_eq!(body.contains("bar.sync"), block_path, "{name}: barriers only on the block paths");
-        if name.ends_with("_p1") {
-            continue;
-        }
-        // The int8 logits in 8-byte packs (copied into the row cache by `cp.async` on the
-        // shared path), the bf16 bias read and the bf16 output written 16 bytes at a time;
-        // single int8 loads only at the edges of rows run from their heads.
-        let logits = if name.contains("_Shared") { "cp.async.ca.shared.global" } else { "ld.global.nc.v2.u32" };
-        for access in [logits, "ld.global.nc.v4.u32", "st.global.v4.u32"] {
-            assert!(body.contains(access), "{name}: no {access}");
-        }
-        assert_eq!(body.contains("ld.global.nc.u8"), name.contains("Phased"), "{name}: single int8 loads");
     }
+    let families = ["dequant_softmax", "dequant_norm"];
+    let paths = RowPath::WARP.into_iter().chain([RowPath::Shared, RowPath::Uncached]);
+    // Phased kernels are exported where the family has rows that run from their heads.
+    let paths = paths.chain([RowPath::SharedPhased, RowPath::UncachedPhased]);
+    let mut checked = 0;
+    for (family, path) in families.into_iter().flat_map(|family| paths.clone().map(move |path| (family, path))) {
+        for pack in [1, PACK] {
+            let symbol = format!("{family}_{path:?}_p{pack}");
+            let Some((_, body)) = kernels.iter().find(|(name, _)| *name == symbol) else {
+                assert!(path.phased(), "{symbol} not exported");
+                continue;
+            };
+            checked += 1;
+            assert!(body.contains("shfl.sync.bfly.b32"), "{symbol}: no butterfly shuffle");
+            let block_path = path.warp_elements() == 0;
+            assert_eq!(body.contains("bar.sync"), block_path, "{symbol}: barriers only on the block paths");
+            if pack == 1 {
+                continue;
+            }
+            // The int8 logits in 8-byte packs (copied into the row cache by `cp.async` on
+            // the shared path), the bf16 bias read and the bf16 output written 16 bytes at a
+            // time; single int8 loads only at the edges of rows run from their heads.
+            let shared = matches!(path, RowPath::Shared | RowPath::SharedPhased);
+            let logits = if shared { "cp.async.ca.shared.global" } else { "ld.global.nc.v2.u32" };
+            for access in [logits, "ld.global.nc.v4.u32", "st.global.v4.u32"] {
+                assert!(body.contains(access), "{symbol}: no {access}");
+            }
+            assert_eq!(body.contains("ld.global.nc.u8"), path.phased(), "{symbol}: single int8 loads");
+        }
+    }
+    // Every row kernel of the PTX is one of those checked.
+    let row_kernels = kernels.iter().filter(|(name, _)| families.iter().any(|f| name.starts_with(&format!("{f}_"))));
+    assert_eq!(row_kernels.count(), checked, "row kernels under symbols the host does not ask for");
 }
 
 /// An H100 as the planner knows it, for calls checked on an offline GPU.
