@@ -313,6 +313,28 @@ pub struct NormArgs {
     /// 1 for RMSNorm.
     pub rms: u32,
     pub reserved: u32,
+    /// f32 `[sums, grid, cols]`: each block's column sums of the parameter gradients, where
+    /// the backward gathers them (`backward_params`); 0 otherwise.
+    pub partial: u64,
+}
+
+/// Warps per block of the column sums' stage 2, which split a tile of 32 columns' chunk
+/// sums among them: enough loads in flight for the ~1000 chunks one wave of stage 1 (or of a
+/// gathering backward) leaves.
+pub const COLUMN_TOTALS_WARPS: u32 = 32;
+
+/// Dynamic shared memory of a column-sum stage-2 block: each warp's two sums per column of
+/// its tile, added in a fixed order.
+pub const fn column_totals_shared_bytes() -> u32 {
+    2 * COLUMN_TOTALS_WARPS * 32 * size_of::<f32>() as u32
+}
+
+/// Bytes of dynamic shared memory a backward that gathers column sums from its rows (the
+/// norms' parameter gradients) holds them in, before its row caches: `groups` partial rows
+/// of `sums x cols` f32, one for each set of threads that never share a column (a lane
+/// group on the warp path, `block / width` of them; the block on the others).
+pub const fn column_gather_bytes(groups: u32, sums: u32, cols: u64) -> u64 {
+    groups as u64 * sums as u64 * cols * size_of::<f32>() as u64
 }
 
 /// Warps per block of the column sums' stage 1 (the norms' parameter gradients), each lane

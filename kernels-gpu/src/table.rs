@@ -288,8 +288,11 @@ softmax_kernels!(kinds declare_softmax_kinds);
 /// casts included; the backward for the triples whose output is the input dtype; each
 /// path at the widest pack and pack 1; the phased block paths (odd widths run from each
 /// row's head) at the widest pack, for the triples whose rows share one dtype (the host
-/// phases only rows of one element size). Modes as [`softmax_kernels!`]; entries are
-/// `(Kind kind Path path x y param pack)`.
+/// phases only rows of one element size). The backward that gathers the parameter
+/// gradients from its rows (`BackwardParams`) has the paths the host plans it on: the warp
+/// tiers of the backward's rows (up to 512 columns) and the shared path, at the widest
+/// pack (the host gathers only from aligned rows). Modes as
+/// [`softmax_kernels!`]; entries are `(Kind kind Path path x y param pack)`.
 #[macro_export]
 macro_rules! norm_kernels {
     ($mode:ident $apply:ident) => {
@@ -299,40 +302,46 @@ macro_rules! norm_kernels {
              (f32 f16 f32 4) (f32 bf16 f32 4)]
             [(Backward backward)]
             [(f32 f32 f32 4) (f16 f16 f16 8) (f16 f16 f32 8) (bf16 bf16 bf16 8) (bf16 bf16 f32 8)]
+            [(BackwardParams backward_params)]
+            [(Warp8 warp8) (Warp16 warp16) (Shared shared)]
             [(Warp8 warp8) (Warp16 warp16) (Warp24 warp24) (Warp32 warp32) (Shared shared) (Uncached uncached)]
             [(SharedPhased shared_phased) (UncachedPhased uncached_phased)]
             [(Cluster cluster)]
             [(ClusterPhased cluster_phased)]);
     };
-    (@lists kinds $apply:ident [$($forward:tt)*] $forward_types:tt [$($backward:tt)*] $($lists:tt)*) => {
-        $apply!($($forward)* $($backward)*);
+    (@lists kinds $apply:ident [$($forward:tt)*] $forward_types:tt [$($backward:tt)*] $backward_types:tt
+        [$($params:tt)*] $($lists:tt)*) => {
+        $apply!($($forward)* $($backward)* $($params)*);
     };
-    (@lists main $apply:ident $forward:tt $forward_types:tt $backward:tt $backward_types:tt $paths:tt $phased:tt
-        $cluster:tt $cluster_phased:tt) => {
+    (@lists main $apply:ident $forward:tt $forward_types:tt $backward:tt $backward_types:tt $params:tt
+        $params_paths:tt $paths:tt $phased:tt $cluster:tt $cluster_phased:tt) => {
         $crate::norm_kernels!(@kinds $apply []
-            [($forward $forward_types $paths $backward_types $phased) ($backward $backward_types $paths $backward_types $phased)]);
+            [($forward $forward_types $paths $backward_types $phased both)
+             ($backward $backward_types $paths $backward_types $phased both)
+             ($params $backward_types $params_paths $backward_types [] widest)]);
     };
-    (@lists cluster $apply:ident $forward:tt $forward_types:tt $backward:tt $backward_types:tt $paths:tt $phased:tt
-        $cluster:tt $cluster_phased:tt) => {
+    (@lists cluster $apply:ident $forward:tt $forward_types:tt $backward:tt $backward_types:tt $params:tt
+        $params_paths:tt $paths:tt $phased:tt $cluster:tt $cluster_phased:tt) => {
         $crate::norm_kernels!(@kinds $apply []
-            [($forward $forward_types $cluster $backward_types $cluster_phased)
-             ($backward $backward_types $cluster $backward_types $cluster_phased)]);
+            [($forward $forward_types $cluster $backward_types $cluster_phased both)
+             ($backward $backward_types $cluster $backward_types $cluster_phased both)]);
     };
-    (@lists all $apply:ident $forward:tt $forward_types:tt $backward:tt $backward_types:tt [$($path:tt)*]
-        [$($phased:tt)*] [$($cluster:tt)*] [$($cluster_phased:tt)*]) => {
+    (@lists all $apply:ident $forward:tt $forward_types:tt $backward:tt $backward_types:tt $params:tt
+        $params_paths:tt [$($path:tt)*] [$($phased:tt)*] [$($cluster:tt)*] [$($cluster_phased:tt)*]) => {
         $crate::norm_kernels!(@kinds $apply []
-            [($forward $forward_types [$($path)* $($cluster)*] $backward_types [$($phased)* $($cluster_phased)*])
-             ($backward $backward_types [$($path)* $($cluster)*] $backward_types [$($phased)* $($cluster_phased)*])]);
+            [($forward $forward_types [$($path)* $($cluster)*] $backward_types [$($phased)* $($cluster_phased)*] both)
+             ($backward $backward_types [$($path)* $($cluster)*] $backward_types [$($phased)* $($cluster_phased)*] both)
+             ($params $backward_types $params_paths $backward_types [] widest)]);
     };
-    // One group of kinds at a time: each kind on each path at both packs, on each phased
-    // path at the widest ...
+    // One group of kinds at a time: each kind on each path at the packs the group names
+    // (both, or the widest), on each phased path at the widest ...
     (@kinds $apply:ident [$($out:tt)*] []) => {
         $crate::norm_kernels!(@types $apply [] [$($out)*]);
     };
     (@kinds $apply:ident [$($out:tt)*]
-        [([$($kind:tt)*] $types:tt $paths:tt $phased_types:tt $phased:tt) $($groups:tt)*]) => {
+        [([$($kind:tt)*] $types:tt $paths:tt $phased_types:tt $phased:tt $packs:ident) $($groups:tt)*]) => {
         $crate::norm_kernels!(@kinds $apply
-            [$($out)* $(($kind $paths $types both) ($kind $phased $phased_types widest))*] [$($groups)*]);
+            [$($out)* $(($kind $paths $types $packs) ($kind $phased $phased_types widest))*] [$($groups)*]);
     };
     // ... then each (kind, path) at each dtype triple.
     (@types $apply:ident [$($out:tt)*] []) => {

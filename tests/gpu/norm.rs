@@ -920,6 +920,11 @@ fn matrix<T: Element, U: Element, G: Element>(suite: &mut Suite, coverage: Cover
             }
             backward_cases::<T, G>(suite, Spec::LAYER, at, Data::Mixed, forced);
             backward_cases::<T, G>(suite, Spec::RMS, at, Data::Mixed, forced);
+            if coverage == Coverage::Weights {
+                // dx alone, whose plain kernels the calls above leave where they gather
+                // the parameter gradients.
+                backward_cases::<T, G>(suite, Spec { extras: false, ..Spec::RMS }, at, Data::Mixed, false);
+            }
         }
     }
 }

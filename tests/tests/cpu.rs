@@ -282,11 +282,13 @@ fn norm_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
     let kernels = kernels_of(Module::Norm);
     // Forward and residual-add forward for 7 dtype triples, the backward for 5, on 6 paths
     // with 2 packs each; the 3 kinds on the 2 phased block paths for the 5 triples whose
-    // rows share a dtype; then the parameter gradients' 6 stage-1 and 3 stage-2 kernels.
+    // rows share a dtype; the backward gathering the parameter gradients for the 5 on 3
+    // paths at the widest pack; then the parameter gradients' 6 stage-1 and 3 stage-2
+    // kernels.
     assert_eq!(
         kernels.len(),
-        (2 * 7 + 5) * 6 * 2 + 3 * 2 * 5 + 6 + 3,
-        "kinds x dtypes x paths x packs + phased + param grads"
+        (2 * 7 + 5) * 6 * 2 + 3 * 2 * 5 + 5 * 3 + 6 + 3,
+        "kinds x dtypes x paths x packs + phased + gathering + param grads"
     );
     let param_grads = kernels.iter().filter(|(name, _)| name.starts_with("rill_norm_param_grad")).count();
     assert_eq!(param_grads, 6 + 3);
@@ -301,7 +303,16 @@ fn norm_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
         // The residual add computes what it caches; the others copy rows to shared memory.
         check_row_loads(name, body, name.ends_with("_p4") || name.ends_with("_p8"), !name.contains("_add_forward_"));
         let block_path = name.contains("_shared_") || name.contains("_uncached_");
-        assert_eq!(body.contains("bar.sync"), block_path, "{name}: barriers only on the block paths");
+        // The gathering backward's sums are shared by a block: cleared and totalled behind
+        // barriers, added 16 bytes at a time, and never atomically (the same bits every run).
+        let gathers = name.starts_with("rill_norm_backward_params_");
+        let barriers = block_path || gathers;
+        assert_eq!(body.contains("bar.sync"), barriers, "{name}: barriers only on the block paths and gathers");
+        if gathers {
+            assert!(body.contains("st.shared.v4.u32"), "{name}: sums not added 16 bytes at a time");
+            let atomic = body.contains("atom.") || body.contains("\tred.") || body.contains(" red.");
+            assert!(!atomic, "{name}: atomic sums");
+        }
         // Rows from their heads read the weight an element at a time.
         if name.contains("_phased_") {
             let by_element = body.contains("ld.global.nc.u16") || body.contains("ld.global.nc.u32");

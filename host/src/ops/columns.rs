@@ -7,10 +7,9 @@ use crate::launch::{LaunchConfig, launch};
 use crate::module::Kernel;
 use crate::workspace::Workspace;
 use crate::{DeviceInfo, Stream};
-use rill_kernels_gpu::abi::{COLUMN_SUM_WARPS, column_sum_shared_bytes, column_sum_tile_cols};
-
-/// Threads per block of stage 2 (a thread per column, grid-strided).
-const TOTALS_BLOCK: u32 = 256;
+use rill_kernels_gpu::abi::{
+    COLUMN_SUM_WARPS, COLUMN_TOTALS_WARPS, column_sum_shared_bytes, column_sum_tile_cols, column_totals_shared_bytes,
+};
 
 /// Parameters of a column-sum kernel pair, which take the chunking and the workspace.
 pub(crate) trait ColumnSumArgs: Copy {
@@ -59,15 +58,30 @@ pub(crate) unsafe fn sum_columns<A: ColumnSumArgs>(
         shared_bytes: column_sum_shared_bytes(pack),
         cluster: 1,
     };
-    let totals_config = LaunchConfig::grid_stride(cols as u64, TOTALS_BLOCK, device);
     // SAFETY: the caller's promise for the arrays; the workspace holds 2 x chunks x cols; the
     // grid is tiles x chunks blocks of the warps stage 1 expects, with its shared memory.
     let launched = unsafe {
-        launch(stream, chunks_kernel, chunks_config, &args)
-            .and_then(|()| launch(stream, totals_kernel, totals_config, &args))
+        launch(stream, chunks_kernel, chunks_config, &args).and_then(|()| sum_chunks(stream, totals_kernel, args, cols))
     };
     partial.free()?;
     launched
+}
+
+/// Stage 2 (`chunk_totals`) alone: each of `cols` columns' chunk sums added in a fixed
+/// order, a block per 32 columns.
+///
+/// # Safety
+/// `totals_kernel` must take `A`, whose partial sums (as many chunks as it says) are
+/// written before this launch on `stream`, and whose outputs hold `cols` elements.
+pub(crate) unsafe fn sum_chunks<A: Copy>(stream: &Stream, totals_kernel: Kernel, args: A, cols: usize) -> Result<()> {
+    let config = LaunchConfig {
+        grid: cols.div_ceil(32) as u32,
+        block: COLUMN_TOTALS_WARPS * 32,
+        shared_bytes: column_totals_shared_bytes(),
+        cluster: 1,
+    };
+    // SAFETY: forwarded to the caller; the geometry `chunk_totals` asks for.
+    unsafe { launch(stream, totals_kernel, config, &args) }
 }
 
 #[cfg(test)]

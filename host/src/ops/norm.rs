@@ -15,8 +15,10 @@
 //! dtype, the same for both (and their gradients): whichever a call gets first fixes it. An
 //! f32 input may be written as f16 or bf16. The row kernels share softmax's three
 //! paths and dispatch (the row engine). dweight and dbias are column sums over the rows,
-//! reduced in two deterministic stages (chunk sums into a stream-ordered workspace, then
-//! the chunks in order): no atomics, the same bits every run.
+//! reduced in two deterministic stages: partial sums into a stream-ordered workspace (each
+//! block's, gathered as the backward reads its rows for dx where its kernels have the
+//! path; else each chunk's, read again by a kernel of their own), then those added in
+//! order. No atomics: the same bits every run.
 
 pub use super::rows::dispatch::{Path, PathKind, Plan};
 
@@ -24,14 +26,17 @@ pub use super::rows::dispatch::{Path, PathKind, Plan};
 /// registers of row) and ran at 65-70% of copy at 1024 columns on the H100, where the
 /// shared path reached 86-100%.
 const BACKWARD_WARP_MAX_COLS: usize = 512;
-use super::columns::{ColumnSumArgs, sum_columns};
+use super::columns::{ColumnSumArgs, sum_chunks, sum_columns};
+use super::rows::dispatch::Problem;
 use super::rows::{RowCall, RowKernels, check_aligned, same_shape};
 use super::{Span, check_disjoint};
+use crate::DeviceInfo;
 use crate::Stream;
 use crate::error::{Error, Result, invalid};
 use crate::module::KernelKey;
 use crate::tensor::{AsView, AsViewMut, DType, Element, View, ViewMut};
-use rill_kernels_gpu::abi::{NormArgs, NormParamGradArgs, max_pack};
+use crate::workspace::Workspace;
+use rill_kernels_gpu::abi::{NormArgs, NormParamGradArgs, ROW_STATIC_SHARED_BYTES, column_gather_bytes, max_pack};
 use rill_kernels_gpu::table::{NormKernelKind, RowPath};
 
 /// Which norm: LayerNorm centers and scales, `(x - mean) * rstd * weight + bias`; RMSNorm
@@ -581,6 +586,22 @@ impl Norm {
         row.problem.cache_bytes_per_col = 2 * size_of::<T>() as u32;
         row.problem.warp_max_cols = BACKWARD_WARP_MAX_COLS;
         row.column_bytes = column_bytes(&weight, &None);
+        // The parameter gradients gathered from the rows as dx reads them, where that
+        // kernel has a path: aligned rows on the warp path or in one block's shared memory.
+        // Elsewhere (rows run from their heads, rows too wide for a block, a forced path)
+        // `param_grad` reads x and dy again.
+        let sums = match kind {
+            NormKind::LayerNorm => 2,
+            NormKind::RmsNorm => 1,
+        };
+        let gathers = (dweight.is_some() || dbias.is_some())
+            && self.force.is_none()
+            && row.aligned()
+            && gathers_columns(&row.problem, sums, row.stream.gpu().info());
+        if gathers {
+            row.kernels = RowKernels::Norm { kind: NormKernelKind::BackwardParams, dtypes };
+            row.column_sums = sums;
+        }
         let grad_args = NormParamGradArgs {
             rows: rows as u64,
             cols: cols as u64,
@@ -601,14 +622,29 @@ impl Norm {
             writes.extend(grad.as_ref().map(|g| Span::of(what, g)));
         }
         check_disjoint(op, &reads, &writes, false)?;
-        let plan = row.run()?;
-        if !self.plan_only && (dweight.is_some() || dbias.is_some()) {
+        let mut prepared = row.prepare()?;
+        if !prepared.launches() || !(dweight.is_some() || dbias.is_some()) {
+            return prepared.launch();
+        }
+        if !gathers {
+            let plan = prepared.launch()?;
             // x and dy passed the row kernel's pack check, so its pack serves stage 1, unless
             // the rows ran from their heads (stage 1 reads whole packs of columns).
             let pack = if plan.phased { 1 } else { plan.pack };
             param_grads::<T, G>(stream, op, grad_args, pack)?;
+            return Ok(plan);
         }
-        Ok(plan)
+        // A partial row per block of the grid, each column's sums then added in block order.
+        let chunks = prepared.plan.grid as u64;
+        let partial = Workspace::new(stream, sums as usize * chunks as usize * cols)?;
+        prepared.args.partial = partial.address();
+        let grad_args = NormParamGradArgs { chunks, partial: partial.address(), ..grad_args };
+        // SAFETY: the row kernel writes a row of `sums x cols` f32 per block of its grid
+        // into `partial` before the totals read them, on the same stream.
+        let launched =
+            prepared.launch().and_then(|plan| unsafe { chunk_totals::<G>(stream, op, grad_args) }.map(|()| plan));
+        partial.free()?;
+        launched
     }
 }
 
@@ -616,6 +652,30 @@ impl ColumnSumArgs for NormParamGradArgs {
     fn set_chunking(&mut self, rows_per_chunk: u64, chunks: u64, partial: u64) {
         (self.rows_per_chunk, self.chunks, self.partial) = (rows_per_chunk, chunks, partial);
     }
+}
+
+/// Whether the backward's rows can gather the parameter gradients' `sums` column sums
+/// (its kernels' paths): rows on the warp path, or whose caches and sums fit one block's
+/// shared memory.
+fn gathers_columns(problem: &Problem, sums: u32, device: &DeviceInfo) -> bool {
+    let per_col = problem.cache_bytes_per_col as u64 + column_gather_bytes(1, sums, 1);
+    let limit = device.max_shared_bytes_per_block_optin.saturating_sub(ROW_STATIC_SHARED_BYTES) as u64;
+    problem.cols <= problem.warp_max_cols || problem.cols as u64 * per_col <= limit
+}
+
+/// Stage 2 alone: dweight (and dbias) as the sums of `args.chunks` partial rows, in order.
+///
+/// # Safety
+/// `args.partial` must hold the `[sums, chunks, cols]` f32 rows, written before this call on
+/// `stream`; dweight and dbias, where not 0, `cols` elements of `G`.
+unsafe fn chunk_totals<G: Element>(stream: &Stream, op: &str, args: NormParamGradArgs) -> Result<()> {
+    let modules = stream.gpu().modules();
+    let unsupported = |error: Error| {
+        error.reword_unsupported(|| format!("`{op}`: no parameter-gradient kernel for {}", G::DTYPE.name()))
+    };
+    let totals = modules.kernel(KernelKey::NormParamGradSum { param: G::DTYPE }).map_err(unsupported)?;
+    // SAFETY: forwarded to the caller.
+    unsafe { sum_chunks(stream, totals, args, args.cols as usize) }
 }
 
 /// dweight (and dbias): the column sums of `dy * x̂` (and `dy`).
@@ -659,6 +719,14 @@ mod tests {
                 }
                 let backward = key(NormKernelKind::Backward, pack).symbol().is_some();
                 assert_eq!(backward, dtypes.0 == dtypes.1, "{path:?} {dtypes:?}");
+                // The gathering backward on the paths its calls plan, aligned: the warp
+                // tiers of rows up to BACKWARD_WARP_MAX_COLS, and the shared path.
+                let gathers =
+                    RowPath::WARP.iter().any(|p| *p == path && 32 * path.warp_elements() <= BACKWARD_WARP_MAX_COLS)
+                        || path == RowPath::Shared;
+                let params = key(NormKernelKind::BackwardParams, pack).symbol().is_some();
+                assert_eq!(params, gathers && backward, "{path:?} {dtypes:?}");
+                assert!(key(NormKernelKind::BackwardParams, 1).symbol().is_none());
             }
         }
         assert!(!has_kernels(NormKernelKind::Forward, (f16_, f32_, f32_)));
@@ -669,6 +737,34 @@ mod tests {
         for param in [f32_, f16_, bf16_] {
             assert!(KernelKey::NormParamGradSum { param }.symbol().is_some());
         }
+    }
+
+    #[test]
+    fn parameter_gradients_are_gathered_where_the_rows_and_their_sums_fit() {
+        let device = crate::launch::tests::h100();
+        let problem = |cols, cache_bytes_per_col| Problem {
+            rows: 49152,
+            cols,
+            pack: 8,
+            block_pack: 8,
+            cache_bytes_per_col,
+            cluster_held_packs: 0,
+            block_limit: 1024,
+            warp_max_cols: BACKWARD_WARP_MAX_COLS,
+            reads_once: false,
+            cache_staged: false,
+            cache_transformed: false,
+            force: None,
+        };
+        // bf16 x and dy cached (4 bytes a column) beside LayerNorm's two f32 sums (8 more):
+        // 16384 columns take 192 KB of the 227 a block may have, 32768 twice that.
+        for cols in [1, 256, 512, 1024, 4096, 16384] {
+            assert!(gathers_columns(&problem(cols, 4), 2, &device), "{cols}");
+        }
+        assert!(!gathers_columns(&problem(32768, 4), 2, &device));
+        // f32 rows of RMSNorm: 8 bytes cached and one sum.
+        assert!(gathers_columns(&problem(16384, 8), 1, &device));
+        assert!(!gathers_columns(&problem(20000, 8), 1, &device));
     }
 
     /// The parameter dtype and the addresses a forward call holds: weight, bias, residual,

@@ -10,11 +10,14 @@
 //! The variance never divides per element: on the warp and shared paths the row is cached,
 //! so it is two passes over registers or shared memory (mean, then centered squares); the
 //! uncached path merges each pack's exact moments into the thread's running ones (Chan et
-//! al.), one reciprocal per pack. dgamma and dbeta are a separate two-stage reduction.
+//! al.), one reciprocal per pack. dgamma and dbeta are column sums in two stages: gathered
+//! from the rows as the backward reads them for dx (`backward_params`, each block's sums),
+//! or, where that kernel has no path, read again by a kernel of their own (`param_grad`);
+//! then the blocks' or chunks' sums added in order (`param_grad_sum`).
 
 use super::columns::{self, ColumnTerms, Columns};
 use super::rows::RowSplit;
-use super::rows::backward::{BackwardRows, RowGradient};
+use super::rows::backward::{BackwardRows, ColumnGather, NoGather, RowGradient};
 use super::rows::forward::{Accumulate, ForwardRows, RowForward, RowPass};
 use crate::abi::{NormArgs, NormParamGradArgs, RowShape};
 use crate::arch::{GlobalAddr, load_global_nc, rcp, rsqrt};
@@ -409,15 +412,15 @@ impl<T: Scalar, const N: usize> Load<N> for NormalizedLoad<T> {
     }
 }
 
-/// `dy * gamma` (just `dy` without gamma): the gradient reaching the normalized value.
-/// Rows on a phased `PATH` run from their heads, so gamma is read an element at a time
-/// there (L1 hits after the first row), as in the forward.
-pub struct ScaledGradLoad<T, G, const PATH: RowPath> {
-    dy: DirectLoad<T>,
+/// Scales a row's values by gamma at their columns (nothing without gamma). Rows on a
+/// phased `PATH` run from their heads, so gamma is read an element at a time there (L1
+/// hits after the first row), as in the forward.
+#[derive(Clone, Copy)]
+struct ColumnScale<G, const PATH: RowPath> {
     gamma: Option<ColumnLoad<G>>,
 }
 
-impl<T: Scalar, G: Scalar, const PATH: RowPath> ScaledGradLoad<T, G, PATH> {
+impl<G: Scalar, const PATH: RowPath> ColumnScale<G, PATH> {
     /// The gamma words of columns `col..col + N` (unread without gamma).
     ///
     /// # Safety
@@ -430,13 +433,19 @@ impl<T: Scalar, G: Scalar, const PATH: RowPath> ScaledGradLoad<T, G, PATH> {
     }
 
     #[inline(always)]
-    fn scale<const N: usize>(&self, mut dy: [f32; N], gamma: ColumnWords<G, N>) -> [f32; N] {
+    fn scale<const N: usize>(&self, mut values: [f32; N], gamma: ColumnWords<G, N>) -> [f32; N] {
         if self.gamma.is_some() {
             let g = gamma.to_f32();
-            unroll::<N>(|j| dy[j] *= g[j]);
+            unroll::<N>(|j| values[j] *= g[j]);
         }
-        dy
+        values
     }
+}
+
+/// `dy * gamma` (just `dy` without gamma): the gradient reaching the normalized value.
+pub struct ScaledGradLoad<T, G, const PATH: RowPath> {
+    dy: DirectLoad<T>,
+    weight: ColumnScale<G, PATH>,
 }
 
 impl<T: Scalar, G: Scalar, const PATH: RowPath, const N: usize> Load<N> for ScaledGradLoad<T, G, PATH> {
@@ -446,12 +455,12 @@ impl<T: Scalar, G: Scalar, const PATH: RowPath, const N: usize> Load<N> for Scal
     #[inline(always)]
     unsafe fn fetch(&self, row: u64, col: u64) -> Self::Fetched {
         // SAFETY: forwarded.
-        unsafe { (self.dy.fetch(row, col), self.gamma(col)) }
+        unsafe { (self.dy.fetch(row, col), self.weight.gamma(col)) }
     }
 
     #[inline(always)]
     unsafe fn convert(&self, (dy, gamma): Self::Fetched, _row: u64, _col: u64) -> [f32; N] {
-        self.scale(dy.to_f32(), gamma)
+        self.weight.scale(dy.to_f32(), gamma)
     }
 
     #[inline(always)]
@@ -462,7 +471,41 @@ impl<T: Scalar, G: Scalar, const PATH: RowPath, const N: usize> Load<N> for Scal
     #[inline(always)]
     unsafe fn transform(&self, dy: [f32; N], _row: u64, col: u64) -> [f32; N] {
         // SAFETY: forwarded.
-        self.scale(dy, unsafe { self.gamma(col) })
+        self.weight.scale(dy, unsafe { self.weight.gamma(col) })
+    }
+}
+
+/// dgamma's and dbeta's terms, `dy * xhat` and `dy`, gathered from the backward's rows as
+/// they are read for dx ([`ColumnGather`]): the rows' `b` is `dy` itself, scaled by gamma
+/// once gathered.
+struct ParamColumns<G, const PATH: RowPath> {
+    weight: ColumnScale<G, PATH>,
+    rms: bool,
+    partial: u64,
+}
+
+impl<G: Scalar, const PATH: RowPath> ColumnGather for ParamColumns<G, PATH> {
+    const GATHERS: bool = true;
+
+    #[inline(always)]
+    fn sums(&self) -> u32 {
+        if self.rms { 1 } else { 2 }
+    }
+
+    #[inline(always)]
+    fn term(&self, k: usize, xhat: f32, dy: f32) -> f32 {
+        if k == 0 { dy * xhat } else { dy }
+    }
+
+    #[inline(always)]
+    unsafe fn scale<const Q: usize>(&self, col: u64, dy: [f32; Q]) -> [f32; Q] {
+        // SAFETY: forwarded.
+        self.weight.scale(dy, unsafe { self.weight.gamma(col) })
+    }
+
+    #[inline(always)]
+    fn partial(&self) -> u64 {
+        self.partial
     }
 }
 
@@ -505,27 +548,59 @@ impl RowGradient<2> for Backward {
     }
 }
 
+/// The backward on `PATH`: `b` loaded as `load_g` gives it, scaled and gathered by
+/// `gather`.
+///
+/// # Safety
+/// See `view`; dy and dx have the input's shape (U is T for backward kernels).
 #[inline(always)]
-pub unsafe fn backward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PATH: RowPath>(args: &NormArgs) {
-    // SAFETY: see `view`; dy and dx have the input's shape (U is T for backward kernels).
+unsafe fn backward_rows<T: Scalar, U: Scalar, G: Scalar, C: ColumnGather, const P: usize, const PATH: RowPath>(
+    args: &NormArgs,
+    gamma: Option<ColumnLoad<G>>,
+    gather: &C,
+) {
+    // SAFETY: forwarded.
     unsafe {
         let shape = &args.shape;
         let stats = SavedStats::new(args.mean, args.rstd, args.rms);
         let load_xhat = NormalizedLoad { x: DirectLoad(view::<T, PATH>(args.input, shape)), stats };
         let load_g = ScaledGradLoad::<T, G, PATH> {
             dy: DirectLoad(view::<T, PATH>(args.second, shape)),
-            gamma: column(args.gamma),
+            weight: ColumnScale { gamma },
         };
         let store = DirectStore(view::<U, PATH>(args.output, shape));
         let op = Backward { saved: stats, inv_cols: args.inv_cols };
-        let rows = BackwardRows::<_, _, _, _, 2, P> {
+        let rows = BackwardRows::<_, _, _, _, _, 2, P> {
             op: &op,
             load_a: &load_xhat,
             load_b: &load_g,
             store: &store,
+            gather,
             shape: &args.shape,
         };
         rows.run::<PATH, 0>();
+    }
+}
+
+#[inline(always)]
+pub unsafe fn backward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PATH: RowPath>(args: &NormArgs) {
+    // SAFETY: see `view`; gamma holds `cols` elements where given.
+    unsafe { backward_rows::<T, U, G, _, P, PATH>(args, column(args.gamma), &NoGather) }
+}
+
+/// The backward with dgamma's and dbeta's column sums gathered from its rows, each block's
+/// into its row of `args.partial` (f32 `[sums, grid, cols]`, added up by `param_grad_sum`).
+///
+/// # Safety
+/// As [`backward`]; `args.partial` must hold a row per block of the grid, and the launch
+/// the shared memory of the path's column sums before its caches.
+#[inline(always)]
+pub unsafe fn backward_params<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PATH: RowPath>(args: &NormArgs) {
+    // SAFETY: forwarded; gamma holds `cols` elements where given.
+    unsafe {
+        let weight = ColumnScale::<G, PATH> { gamma: column(args.gamma) };
+        let gather = ParamColumns { weight, rms: args.rms != 0, partial: args.partial };
+        backward_rows::<T, U, G, _, P, PATH>(args, None, &gather);
     }
 }
 

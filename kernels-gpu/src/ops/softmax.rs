@@ -8,7 +8,7 @@
 //! ([`RowValue`]): the engine reads each row once and writes a value per row.
 
 use super::rows::RowSplit;
-use super::rows::backward::{BackwardRows, RowGradient};
+use super::rows::backward::{BackwardRows, NoGather, RowGradient};
 use super::rows::forward::{Accumulate, CachedPass, ForwardRows, NoElements, RowForward, RowOutput, RowPass, two_pass};
 use crate::abi::{CROSS_ENTROPY_IGNORE_INDEX, RowShape, SOFTMAX_BACKWARD_HELD_PACKS, SoftmaxArgs};
 use crate::arch::wait_async_copies;
@@ -522,11 +522,12 @@ pub unsafe fn backward<T: Scalar, const P: usize, const PATH: RowPath>(args: &So
         let (load_dy, _) = direct::<T, PATH>(args.second, &args.shape);
         let (_, store) = direct::<T, PATH>(args.output, &args.shape);
         let op = Gradient { log: args.log != 0, sum: 0.0 };
-        let rows = BackwardRows::<_, _, _, _, 1, P> {
+        let rows = BackwardRows::<_, _, _, _, _, 1, P> {
             op: &op,
             load_a: &load_y,
             load_b: &load_dy,
             store: &store,
+            gather: &NoGather,
             shape: &args.shape,
         };
         rows.run::<PATH, SOFTMAX_BACKWARD_HELD_PACKS>();

@@ -13,7 +13,10 @@ use crate::tensor::{Element, View};
 use dispatch::{Occupancies, Problem, WARP_MAX_COLS, plan};
 pub use dispatch::{Path, PathKind, Plan};
 use rill_kernels_gpu::abi::DType;
-use rill_kernels_gpu::abi::{CLUSTER_STATIC_SHARED_BYTES, PACK_BYTES, ROW_STATIC_SHARED_BYTES, RowArgs, max_pack};
+use rill_kernels_gpu::abi::{
+    CLUSTER_STATIC_SHARED_BYTES, PACK_BYTES, ROW_STATIC_SHARED_BYTES, ROW_WARP_BLOCK_SIZE, RowArgs,
+    column_gather_bytes, max_pack,
+};
 use rill_kernels_gpu::table::{NormKernelKind, RowPath, SoftmaxKind};
 
 /// Rows and columns of a tensor normalized over its last axis.
@@ -118,6 +121,11 @@ pub(crate) struct RowCall<'a, A: RowArgs> {
     /// Whether L1 room for the column data outranks resident blocks (measured per op: see
     /// [`shared_carveout`]).
     pub columns_before_blocks: bool,
+    /// Per-column sums the kernels gather from the rows beside their own (0, or 1 or 2 for
+    /// a norm backward's parameter gradients), each block's written as its row of a
+    /// partial array ([`Prepared::args`] names it): shared memory holds them before the
+    /// caches, and the grid is one wave of resident blocks, so that array stays small.
+    pub column_sums: u32,
     /// Whether to launch the plan, or only return it (`plan_only` on the ops): everything
     /// before the launch (checks, occupancy questions, the kernel's lookup) runs either way,
     /// so the answer and its errors are the launch's; the kernel it would launch is counted
@@ -188,16 +196,30 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             args,
             column_bytes: 0,
             columns_before_blocks: false,
+            column_sums: 0,
             launch,
             stream,
         }
     }
 
-    pub(crate) fn run(mut self) -> Result<Plan> {
+    /// Whether the row length and every array allow the widest pack.
+    pub(crate) fn aligned(&self) -> bool {
         let widest = self.widest;
-        let aligned = self.problem.cols.is_multiple_of(widest)
+        self.problem.cols.is_multiple_of(widest)
             && (self.arrays.iter().chain(&self.columns))
-                .all(|&(address, bytes)| address % (widest * bytes).min(PACK_BYTES) as u64 == 0);
+                .all(|&(address, bytes)| address % (widest * bytes).min(PACK_BYTES) as u64 == 0)
+    }
+
+    /// Plans the call and runs it (or, for `plan_only`, only plans it).
+    pub(crate) fn run(self) -> Result<Plan> {
+        self.prepare()?.launch()
+    }
+
+    /// Plans the call and readies its launch: the kernel looked up and its attributes set,
+    /// the arguments' shape filled in; [`Prepared::launch`] launches it.
+    pub(crate) fn prepare(mut self) -> Result<Prepared<'a, A>> {
+        let widest = self.widest;
+        let aligned = self.aligned();
         let pack = if aligned { widest } else { 1 };
         let phase = if self.phased { shared_phase(&self.arrays, widest) } else { None };
         let block_pack = if aligned || phase.is_some() { widest } else { 1 };
@@ -239,14 +261,36 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             })
         };
         let threads = |path| block_kernel(path).map(|kernel| kernel.max_threads_per_block);
-        let block_limit =
-            threads(Path::Uncached { block: 0 })?.min(threads(Path::Shared { block: 0, shared_bytes: 0 })?);
-        let problem = Problem { pack, block_pack, block_limit, ..self.problem };
-        let plan = plan(&problem, gpu.info(), Occupancies { shared: &shared, cluster: &cluster })?;
+        let block_limit = if self.column_sums > 0 {
+            threads(Path::Shared { block: 0, shared_bytes: 0 })?
+        } else {
+            threads(Path::Uncached { block: 0 })?.min(threads(Path::Shared { block: 0, shared_bytes: 0 })?)
+        };
+        // The block paths' gathered sums: one partial row a block, beside the cached row.
+        let gathered_per_col = column_gather_bytes(1, self.column_sums, 1) as u32;
+        let cache_bytes_per_col = self.problem.cache_bytes_per_col + gathered_per_col;
+        let problem = Problem { pack, block_pack, block_limit, cache_bytes_per_col, ..self.problem };
+        let mut plan = plan(&problem, gpu.info(), Occupancies { shared: &shared, cluster: &cluster })?;
         let kernel = kernel_for(&plan)?;
+        // The warp path's gathered sums: a partial row for each lane group of a block.
+        let gathered_bytes = match plan.path {
+            Path::Warp { width, .. } if self.column_sums > 0 => {
+                column_gather_bytes(ROW_WARP_BLOCK_SIZE / width, self.column_sums, problem.cols as u64) as u32
+            }
+            _ => 0,
+        };
+        if self.column_sums > 0 {
+            let resident = if let Path::Shared { block, shared_bytes } = plan.path {
+                shared(block, shared_bytes)?
+            } else {
+                let attributes = Attributes { dynamic_shared: gathered_bytes, carveout: None };
+                gpu.modules().blocks_per_multiprocessor(kernel, (plan.block(), gathered_bytes), attributes)?
+            };
+            plan.grid = plan.grid.min(resident.max(1) * gpu.info().multiprocessors);
+        }
         if !self.launch {
             count(Tally::Planned, kernel.symbol);
-            return Ok(plan);
+            return Ok(Prepared { plan, args: self.args, launch: None });
         }
         match plan.path {
             Path::Shared { block, shared_bytes, .. } => {
@@ -258,6 +302,11 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             }
             Path::Cluster { shared_bytes, .. } => {
                 gpu.modules().set_attributes(kernel, cluster_attributes(shared_bytes))?
+            }
+            // Its gathered sums: the kernel's allowance may be another call's (an occupancy
+            // answered from memory sets nothing).
+            Path::Warp { .. } if gathered_bytes > 0 => {
+                gpu.modules().set_attributes(kernel, Attributes { dynamic_shared: gathered_bytes, carveout: None })?
             }
             _ => {}
         }
@@ -271,14 +320,40 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
         let config = LaunchConfig {
             grid: plan.grid,
             block: plan.block(),
-            shared_bytes: plan.shared_bytes(),
+            shared_bytes: plan.shared_bytes() + gathered_bytes,
             cluster: plan.cluster(),
         };
-        // SAFETY: the symbol takes `A` for this op's dtypes and pack; the op checked every
-        // array to hold its rows x cols elements (per-row arrays `rows`, per-column arrays
-        // `cols`), and `arrays` to be aligned to the pack; the geometry is the plan's.
-        unsafe { launch(self.stream, kernel, config, &self.args)? };
-        Ok(plan)
+        Ok(Prepared { plan, args: self.args, launch: Some((self.stream, kernel, config)) })
+    }
+}
+
+/// A planned row call, ready to launch ([`RowCall::prepare`]).
+pub(crate) struct Prepared<'a, A> {
+    pub plan: Plan,
+    /// The kernel's arguments, which the op may still complete (a partial array sized by
+    /// the plan's grid).
+    pub args: A,
+    /// The stream, kernel and geometry; `None` for a call that only plans.
+    launch: Option<(&'a Stream, Kernel, LaunchConfig)>,
+}
+
+impl<A: Copy> Prepared<'_, A> {
+    /// Whether [`Prepared::launch`] launches anything.
+    pub(crate) fn launches(&self) -> bool {
+        self.launch.is_some()
+    }
+
+    /// Launches the call; returns its plan.
+    pub(crate) fn launch(self) -> Result<Plan> {
+        if let Some((stream, kernel, config)) = self.launch {
+            // SAFETY: the symbol takes `A` for this op's dtypes and pack; the op checked every
+            // array to hold its rows x cols elements (per-row arrays `rows`, per-column arrays
+            // `cols`, a partial array a row per block of the grid), and `arrays` to be aligned
+            // to the pack; the geometry is the plan's, with shared memory for what the kernel
+            // gathers.
+            unsafe { launch(stream, kernel, config, &self.args)? };
+        }
+        Ok(self.plan)
     }
 }
 

@@ -1,7 +1,9 @@
 //! The row engine's backward: each path's body written once, for every op whose gradient
 //! reads two rows (`a`, `b`), sums per-element terms over each row, and then writes one
 //! value per element from the row's sums. Softmax and log-softmax (`a = y`, `b = dy`) and
-//! the norms (`a` the normalized input, `b = dy * gamma`) are [`RowGradient`]s.
+//! the norms (`a` the normalized input, `b = dy * gamma`) are [`RowGradient`]s. Beside the
+//! rows' sums, a backward may gather per-column sums of its pairs ([`ColumnGather`]): the
+//! norms' parameter gradients, from the same reads of the rows.
 
 #[cfg(feature = "cluster")]
 use super::ClusterSplit;
@@ -9,8 +11,11 @@ use super::{
     BlockRow, BlockSplit, HeldRowCache, RowSplit, Slice, WarpRows, block_packs_loaded, warp_load, warp_row_reduce,
     warp_store,
 };
-use crate::abi::RowShape;
-use crate::arch::{dynamic_shared_addr, wait_async_copies};
+use crate::abi::{RowShape, column_gather_bytes};
+use crate::arch::{
+    SharedAddr, WARP_SIZE, block_dim_x, block_idx_x, dynamic_shared_addr, grid_dim_x, load_shared, store_shared,
+    sync_threads, thread_idx_x, wait_async_copies,
+};
 use crate::pack::{Load, LoadOne, Store, StoreOne};
 use crate::reduce::{Sum, SumPair};
 use crate::table::RowPath;
@@ -40,6 +45,175 @@ pub(crate) trait RowGradient<const N: usize> {
     fn apply(row: Self::Row, a: f32, b: f32) -> f32;
 }
 
+/// Per-column sums a backward gathers from the pairs `(a, b)` of its rows, beside the rows'
+/// own sums (the norms' parameter gradients: `sum(dy * xhat)` and `sum(dy)` over the rows),
+/// so one read of the rows serves both. Each block adds its rows' terms up in shared memory
+/// ([`ColumnSlab`]) and writes the total as its row of `partial` (f32 `[sums, grid, cols]`);
+/// a second kernel adds those rows in order: no atomics, the same bits every run.
+pub(crate) trait ColumnGather {
+    /// Whether anything is gathered (a plain backward gathers nothing: compiled out).
+    const GATHERS: bool;
+
+    /// Sums per column: 1 or 2 where [`ColumnGather::GATHERS`].
+    fn sums(&self) -> u32;
+
+    /// What the pair `(a, b)` of a column adds to its sum `k`.
+    fn term(&self, k: usize, a: f32, b: f32) -> f32;
+
+    /// `b` at columns `col..col + Q` as the row's sums and outputs take it, from `b` as loaded
+    /// and gathered (the norms scale `dy` by gamma here, after gathering `dy` itself).
+    ///
+    /// # Safety
+    /// The columns must be inside the row, `col` a multiple of `Q` unless the rows run from
+    /// their heads.
+    unsafe fn scale<const Q: usize>(&self, col: u64, b: [f32; Q]) -> [f32; Q];
+
+    /// Generic address of the f32 `[sums, grid, cols]` partial rows.
+    fn partial(&self) -> u64;
+}
+
+/// Nothing gathered: the loads give `b` as the row's sums take it.
+pub(crate) struct NoGather;
+
+impl ColumnGather for NoGather {
+    const GATHERS: bool = false;
+
+    #[inline(always)]
+    fn sums(&self) -> u32 {
+        0
+    }
+
+    #[inline(always)]
+    fn term(&self, _k: usize, _a: f32, _b: f32) -> f32 {
+        0.0
+    }
+
+    #[inline(always)]
+    unsafe fn scale<const Q: usize>(&self, _col: u64, b: [f32; Q]) -> [f32; Q] {
+        b
+    }
+
+    #[inline(always)]
+    fn partial(&self) -> u64 {
+        0
+    }
+}
+
+/// A block's gathered column sums in shared memory, first in its dynamic shared memory
+/// (the row caches follow): `groups` partial rows of `sums x cols` f32, one per set of
+/// threads that never share a column (a lane group on the warp path, the block on the
+/// others), so each word has one writer and no atomics are needed. Empty where nothing is
+/// gathered.
+#[derive(Clone, Copy)]
+struct ColumnSlab {
+    base: SharedAddr,
+    cols: u32,
+    sums: u32,
+    groups: u32,
+}
+
+impl ColumnSlab {
+    #[inline(always)]
+    fn new<C: ColumnGather>(gather: &C, shape: &RowShape, groups: u32) -> Self {
+        let sums = if C::GATHERS { gather.sums() } else { 0 };
+        ColumnSlab { base: dynamic_shared_addr(), cols: shape.cols as u32, sums, groups }
+    }
+
+    /// Where the shared memory after the slab starts.
+    #[inline(always)]
+    fn end(&self) -> SharedAddr {
+        self.base.offset(column_gather_bytes(self.groups, self.sums, self.cols as u64) as u32)
+    }
+
+    #[inline(always)]
+    fn at(&self, group: u32, k: usize, col: u64) -> SharedAddr {
+        self.base.offset(((group * self.sums + k as u32) * self.cols + col as u32) * 4)
+    }
+
+    /// Zeroes the slab; every thread of the block calls it (a barrier).
+    ///
+    /// # Safety
+    /// The launch must size the block's shared memory for the slab.
+    #[inline(always)]
+    unsafe fn clear(&self) {
+        let words = self.groups * self.sums * self.cols;
+        let mut word = thread_idx_x();
+        // SAFETY: every word is inside the slab.
+        unsafe {
+            while word < words {
+                store_shared(self.base.offset(word * 4), 4, [0; 4]);
+                word += block_dim_x();
+            }
+            sync_threads();
+        }
+    }
+
+    /// Adds the terms of the pairs at columns `col..col + Q` to group `group`'s sums, 16
+    /// bytes an access where `aligned` (`col` a multiple of `Q`, and `cols` of 4 where `Q`
+    /// is; a constant after inlining), else a word at a time.
+    ///
+    /// # Safety
+    /// The columns must be inside the row, `group` below the slab's, and no other thread
+    /// of the block add to this group's columns meanwhile.
+    #[inline(always)]
+    unsafe fn add<C: ColumnGather, const Q: usize>(
+        &self,
+        gather: &C,
+        (group, col, aligned): (u32, u64, bool),
+        a: [f32; Q],
+        b: [f32; Q],
+    ) {
+        let per_access = if aligned && Q % 4 == 0 { 4 } else { 1 };
+        unroll::<2>(|k| {
+            if (k as u32) < self.sums {
+                unroll::<Q>(|start| {
+                    if start % per_access == 0 {
+                        let at = self.at(group, k, col + start as u64);
+                        // SAFETY: the caller's columns, aligned to the access.
+                        let mut words = unsafe { load_shared(at, 4 * per_access) };
+                        unroll::<4>(|q| {
+                            if q < per_access {
+                                let term = gather.term(k, a[start + q], b[start + q]);
+                                words[q] = (f32::from_bits(words[q]) + term).to_bits();
+                            }
+                        });
+                        // SAFETY: as the load.
+                        unsafe { store_shared(at, 4 * per_access, words) };
+                    }
+                });
+            }
+        });
+    }
+
+    /// Writes the block's total of each column, its groups added in order, as its row of
+    /// `partial`; every thread of the block calls it (a barrier).
+    ///
+    /// # Safety
+    /// `partial` must hold `sums x grid x cols` f32.
+    #[inline(always)]
+    unsafe fn finish(&self, partial: u64) {
+        let (grid, block, cols) = (grid_dim_x() as u64, block_idx_x() as u64, self.cols as u64);
+        let partial = partial as *mut f32;
+        // SAFETY: the slab's words and this block's row of `partial`.
+        unsafe {
+            sync_threads();
+            let mut col = thread_idx_x();
+            while col < self.cols {
+                unroll::<2>(|k| {
+                    if (k as u32) < self.sums {
+                        let mut total = 0.0;
+                        for group in 0..self.groups {
+                            total += f32::from_bits(load_shared(self.at(group, k, col as u64), 4)[0]);
+                        }
+                        partial.add(((k as u64 * grid + block) * cols + col as u64) as usize).write(total);
+                    }
+                });
+                col += block_dim_x();
+            }
+        }
+    }
+}
+
 /// Adds the terms of a pack's elements to `sums`.
 #[inline(always)]
 fn add_terms<G: RowGradient<N>, const N: usize, const P: usize>(op: &G, sums: &mut [f32; N], a: [f32; P], b: [f32; P]) {
@@ -51,8 +225,8 @@ fn add_terms<G: RowGradient<N>, const N: usize, const P: usize>(op: &G, sums: &m
 /// Starts a thread's sums of a row from its edge element (`PHASED` rows), or at 0.
 /// Written in place: sums returned as an array came back packed in one integer word.
 #[inline(always)]
-fn start_sums<G: RowGradient<N>, const N: usize>(op: &G, sums: &mut [f32; N], edge: Option<(u64, f32, f32)>) {
-    if let Some((_, a, b)) = edge {
+fn start_sums<G: RowGradient<N>, const N: usize>(op: &G, sums: &mut [f32; N], edge: Option<(f32, f32)>) {
+    if let Some((a, b)) = edge {
         unroll::<N>(|k| sums[k] = op.term(k, a, b));
     }
 }
@@ -77,142 +251,228 @@ unsafe fn reduce_sums<R: RowSplit, const N: usize>(split: &R, sums: &mut [f32; N
 }
 
 /// The element outside row `at`'s aligned packs this thread takes (`PHASED` rows only), if
-/// any: its column and the two inputs there.
+/// any: its column, `a` there, and `b` as loaded and as `gather` scales it.
 ///
 /// # Safety
 /// `at` must be a row of `shape`.
 #[inline(always)]
-unsafe fn edge<LA: LoadOne, LB: LoadOne, const P: usize, const PHASED: bool>(
-    load_a: &LA,
-    load_b: &LB,
+unsafe fn edge<LA: LoadOne, LB: LoadOne, C: ColumnGather, const P: usize, const PHASED: bool>(
+    (load_a, load_b, gather): (&LA, &LB, &C),
     shape: &RowShape,
     split: &impl RowSplit,
     at: BlockRow,
-) -> Option<(u64, f32, f32)> {
+) -> Option<Edge> {
     // SAFETY: an edge is an element of the row.
-    split
-        .edge::<P, PHASED>(shape, at)
-        .map(|col| unsafe { (col, load_a.load_one(at.row, col), load_b.load_one(at.row, col)) })
+    split.edge::<P, PHASED>(shape, at).map(|col| unsafe {
+        let (a, b) = (load_a.load_one(at.row, col), load_b.load_one(at.row, col));
+        Edge { col, a, b, scaled: gather.scale(col, [b])[0] }
+    })
 }
 
-/// One backward call: the op, the loads of its two input rows, the output's store and the
-/// view; its methods are the path bodies.
-pub(crate) struct BackwardRows<'a, G, LA, LB, S, const N: usize, const P: usize> {
+/// A row's element outside its aligned packs: its column, `a`, `b` as loaded, and `b` as
+/// the row's sums take it ([`ColumnGather::scale`]).
+#[derive(Clone, Copy)]
+struct Edge {
+    col: u64,
+    a: f32,
+    b: f32,
+    scaled: f32,
+}
+
+/// One backward call: the op, the loads of its two input rows, the output's store, the
+/// column sums it gathers and the view; its methods are the path bodies.
+pub(crate) struct BackwardRows<'a, G, LA, LB, S, C, const N: usize, const P: usize> {
     pub(crate) op: &'a G,
     pub(crate) load_a: &'a LA,
     pub(crate) load_b: &'a LB,
     pub(crate) store: &'a S,
+    pub(crate) gather: &'a C,
     pub(crate) shape: &'a RowShape,
 }
 
-impl<G, LA, LB, S, const N: usize, const P: usize> BackwardRows<'_, G, LA, LB, S, N, P>
+impl<G, LA, LB, S, C, const N: usize, const P: usize> BackwardRows<'_, G, LA, LB, S, C, N, P>
 where
     G: RowGradient<N>,
     LA: Load<P> + LoadOne,
     LB: Load<P> + LoadOne,
     S: Store<P> + StoreOne,
+    C: ColumnGather,
 {
+    /// Gathers a pack's pairs into `slab` at `(group, col, aligned)` (where the call
+    /// gathers; see [`ColumnSlab::add`]) and returns `b` scaled.
+    ///
+    /// # Safety
+    /// As [`ColumnSlab::add`] and [`ColumnGather::scale`].
+    #[inline(always)]
+    unsafe fn gather_pack(&self, slab: &ColumnSlab, at: (u32, u64, bool), a: [f32; P], b: [f32; P]) -> [f32; P] {
+        let col = at.1;
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            if C::GATHERS {
+                slab.add::<C, P>(self.gather, at, a, b);
+            }
+            self.gather.scale(col, b)
+        }
+    }
+
+    /// The edge's output, gathering its pair first; the block's only group.
+    ///
+    /// # Safety
+    /// As [`BackwardRows::gather_pack`]; `edge` must be of row `row`.
+    #[inline(always)]
+    unsafe fn store_edge(&self, slab: &ColumnSlab, row: u64, grad: G::Row, edge: Option<Edge>) {
+        if let Some(Edge { col, a, b, scaled }) = edge {
+            // SAFETY: forwarded to the caller.
+            unsafe {
+                if C::GATHERS {
+                    slab.add::<C, 1>(self.gather, (0, col, false), [a], [b]);
+                }
+                self.store.store_one(G::apply(grad, a, scaled), row, col);
+            }
+        }
+    }
+
     /// Both rows cached in shared memory, split over blocks as `split` says, `HELD` packs of
     /// each per thread in registers ([`HeldRowCache`]).
     #[inline(always)]
     unsafe fn cached<R: RowSplit, const PHASED: bool, const HELD: usize>(&self, split: &R) {
-        let &BackwardRows { op, load_a, load_b, store, shape } = self;
+        let &BackwardRows { op, load_a, load_b, store, gather, shape } = self;
         let slice = split.slice::<P>(shape);
-        // a's cache, then b's.
-        let cache_a = HeldRowCache::<LA::Exact, P, HELD>::new(dynamic_shared_addr(), slice);
+        // The gathered sums, then a's cache, then b's.
+        let slab = ColumnSlab::new(gather, shape, 1);
+        let cache_a = HeldRowCache::<LA::Exact, P, HELD>::new(slab.end(), slice);
         let cache_b = HeldRowCache::<LB::Exact, P, HELD>::new(cache_a.end(), slice);
-        // SAFETY (block): the launch sizes shared memory for both caches; each thread touches
-        // only its own packs' slots, so no barrier is needed beyond those in the reductions.
-        split.rows::<P, PHASED>(shape, |at| unsafe {
-            let row = at.row;
-            let edge = edge::<LA, LB, P, PHASED>(load_a, load_b, shape, split, at);
-            cache_a.fill(load_a, at);
-            cache_b.fill(load_b, at);
-            wait_async_copies();
-            let read = |pack, col| (cache_a.read(load_a, at, pack, col), cache_b.read(load_b, at, pack, col));
-            let mut sums = [0.0; N];
-            start_sums(op, &mut sums, edge);
-            cache_a.packs(at, |pack, col| {
-                let (a, b) = read(pack, col);
-                add_terms(op, &mut sums, a, b);
-            });
-            reduce_sums(split, &mut sums);
-            let grad = op.row(Some(row), &sums);
-            if let Some((col, a, b)) = edge {
-                store.store_one(G::apply(grad, a, b), row, col);
+        // SAFETY (block): the launch sizes shared memory for the slab and both caches; each
+        // thread touches only its own packs' slots and columns, so no barrier is needed
+        // beyond those in the reductions (which also order one row's gathering before the
+        // next's, whose columns may be another thread's where rows run from their heads).
+        unsafe {
+            if C::GATHERS {
+                slab.clear();
             }
-            cache_a.packs(at, |pack, col| {
-                let (a, b) = read(pack, col);
-                store.store(unrolled_array(|j| G::apply(grad, a[j], b[j])), row, col);
-                cache_a.prefetch(load_a, at, pack);
-                cache_b.prefetch(load_b, at, pack);
+            split.rows::<P, PHASED>(shape, |at| {
+                let row = at.row;
+                let edge = edge::<LA, LB, C, P, PHASED>((load_a, load_b, gather), shape, split, at);
+                cache_a.fill(load_a, at);
+                cache_b.fill(load_b, at);
+                wait_async_copies();
+                let read = |pack, col| (cache_a.read(load_a, at, pack, col), cache_b.read(load_b, at, pack, col));
+                let mut sums = [0.0; N];
+                start_sums(op, &mut sums, edge.map(|e| (e.a, e.scaled)));
+                cache_a.packs(at, |pack, col| {
+                    let (a, b) = read(pack, col);
+                    add_terms(op, &mut sums, a, gather.scale(col, b));
+                });
+                reduce_sums(split, &mut sums);
+                let grad = op.row(Some(row), &sums);
+                self.store_edge(&slab, row, grad, edge);
+                cache_a.packs(at, |pack, col| {
+                    let (a, b) = read(pack, col);
+                    let b = self.gather_pack(&slab, (0, col, !PHASED), a, b);
+                    store.store(unrolled_array(|j| G::apply(grad, a[j], b[j])), row, col);
+                    cache_a.prefetch(load_a, at, pack);
+                    cache_b.prefetch(load_b, at, pack);
+                });
             });
-        });
+            if C::GATHERS {
+                slab.finish(gather.partial());
+            }
+        }
     }
 
     /// Both rows re-read from global memory, a block per row.
     #[inline(always)]
     unsafe fn uncached<const PHASED: bool>(&self) {
-        let &BackwardRows { op, load_a, load_b, store, shape } = self;
+        let &BackwardRows { op, load_a, load_b, store, gather, shape } = self;
         let slice = Slice::whole::<P>(shape);
-        // SAFETY (block): every column visited is a pack or an edge element inside the row.
-        BlockSplit.rows::<P, PHASED>(shape, |at| unsafe {
-            let (row, slice) = (at.row, slice.in_row(at));
-            let edge = edge::<LA, LB, P, PHASED>(load_a, load_b, shape, &BlockSplit, at);
-            let fetch = |col| (load_a.fetch(row, col), load_b.fetch(row, col));
-            let convert = |(a, b), col| (load_a.convert(a, row, col), load_b.convert(b, row, col));
-            let mut sums = [0.0; N];
-            start_sums(op, &mut sums, edge);
-            block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| {
-                let (a, b) = convert(fetched, col);
-                add_terms(op, &mut sums, a, b);
-            });
-            reduce_sums(&BlockSplit, &mut sums);
-            let grad = op.row(Some(row), &sums);
-            if let Some((col, a, b)) = edge {
-                store.store_one(G::apply(grad, a, b), row, col);
+        let slab = ColumnSlab::new(gather, shape, 1);
+        // SAFETY (block): every column visited is a pack or an edge element inside the row;
+        // the launch sizes shared memory for the slab, whose columns are each one thread's
+        // within a row (the reductions' barriers order rows).
+        unsafe {
+            if C::GATHERS {
+                slab.clear();
             }
-            block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| {
-                let (a, b) = convert(fetched, col);
-                store.store(unrolled_array(|j| G::apply(grad, a[j], b[j])), row, col)
+            BlockSplit.rows::<P, PHASED>(shape, |at| {
+                let (row, slice) = (at.row, slice.in_row(at));
+                let edge = edge::<LA, LB, C, P, PHASED>((load_a, load_b, gather), shape, &BlockSplit, at);
+                let fetch = |col| (load_a.fetch(row, col), load_b.fetch(row, col));
+                let convert = |(a, b), col| (load_a.convert(a, row, col), load_b.convert(b, row, col));
+                let mut sums = [0.0; N];
+                start_sums(op, &mut sums, edge.map(|e| (e.a, e.scaled)));
+                block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| {
+                    let (a, b) = convert(fetched, col);
+                    add_terms(op, &mut sums, a, gather.scale(col, b));
+                });
+                reduce_sums(&BlockSplit, &mut sums);
+                let grad = op.row(Some(row), &sums);
+                self.store_edge(&slab, row, grad, edge);
+                block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| {
+                    let (a, b) = convert(fetched, col);
+                    let b = self.gather_pack(&slab, (0, col, !PHASED), a, b);
+                    store.store(unrolled_array(|j| G::apply(grad, a[j], b[j])), row, col)
+                });
             });
-        });
+            if C::GATHERS {
+                slab.finish(gather.partial());
+            }
+        }
     }
 
     /// Both rows in registers, `E` elements per lane (two rows per access in the narrowest
-    /// tier); padding loads as 0 in both, so it must add nothing to the sums.
+    /// tier); padding loads as 0 in both, so it must add nothing to the sums. Each lane
+    /// group gathers into its own partial row: groups share columns.
     #[inline(always)]
     unsafe fn warp<const E: usize>(&self) {
-        let &BackwardRows { op, load_a, load_b, store, shape } = self;
+        let &BackwardRows { op, load_a, load_b, store, gather, shape } = self;
         let at = WarpRows::new::<E>(shape);
+        // The block's lane groups (a power of two of lanes each: shifts, no division).
+        let width_log2 = at.width.trailing_zeros();
+        let slab = ColumnSlab::new(gather, shape, block_dim_x() >> width_log2);
+        let group = thread_idx_x() >> width_log2;
         // SAFETY (block): loads and stores stay in range (warp_load, warp_store), and the whole
-        // warp runs the same iterations.
-        at.for_each_access(shape.rows, |first| unsafe {
-            let a = warp_load::<LA, P, E>(load_a, &at, first, shape, 0.0);
-            let b = warp_load::<LB, P, E>(load_b, &at, first, shape, 0.0);
-            let sums: [[f32; 2]; N] =
-                unrolled_array(|k| warp_row_reduce::<Sum, E>(|r, i| op.term(k, a[r][i], b[r][i]), at.width));
-            let grad: [G::Row; 2] = unrolled_array(|r| {
-                let row = at.holds::<E>(r, first, shape.rows).then_some(first + r as u64);
-                op.row(row, &unrolled_array(|k| sums[k][r]))
+        // warp runs the same iterations; a group's columns are its own in the slab, which the
+        // launch sizes.
+        unsafe {
+            if C::GATHERS {
+                slab.clear();
+            }
+            at.for_each_access(shape.rows, |first| {
+                let a = warp_load::<LA, P, E>(load_a, &at, first, shape, 0.0);
+                let mut b = warp_load::<LB, P, E>(load_b, &at, first, shape, 0.0);
+                at.for_each_pack::<P, E>(first, shape, 0..E / P, |r, i, _, col| {
+                    let pack = |v: &[[f32; E]; 2]| -> [f32; P] { unrolled_array(|j| v[r][i + j]) };
+                    let scaled = self.gather_pack(&slab, (group, col, true), pack(&a), pack(&b));
+                    unroll::<P>(|j| b[r][i + j] = scaled[j]);
+                });
+                let sums: [[f32; 2]; N] =
+                    unrolled_array(|k| warp_row_reduce::<Sum, E>(|r, i| op.term(k, a[r][i], b[r][i]), at.width));
+                let grad: [G::Row; 2] = unrolled_array(|r| {
+                    let row = at.holds::<E>(r, first, shape.rows).then_some(first + r as u64);
+                    op.row(row, &unrolled_array(|k| sums[k][r]))
+                });
+                warp_store::<S, _, P, E>(
+                    store,
+                    &at,
+                    first,
+                    shape,
+                    |_| (),
+                    |r, i, ()| unrolled_array(|j| G::apply(grad[r], a[r][i + j], b[r][i + j])),
+                );
             });
-            warp_store::<S, _, P, E>(
-                store,
-                &at,
-                first,
-                shape,
-                |_| (),
-                |r, i, ()| unrolled_array(|j| G::apply(grad[r], a[r][i + j], b[r][i + j])),
-            );
-        });
+            if C::GATHERS {
+                slab.finish(gather.partial());
+            }
+        }
     }
 
     /// The backward body of path `PATH`, `HELD` packs of each row per thread in registers on
     /// the cluster path (see [`HeldRowCache`]).
     ///
     /// # Safety
-    /// The loads and the store must cover `shape`'s rows, the launch have `PATH`'s geometry, and
-    /// rows not aligned to `P` come only with a phased or warp path.
+    /// The loads and the store must cover `shape`'s rows, the launch have `PATH`'s geometry
+    /// (and, where the call gathers, shared memory for its [`ColumnSlab`] first and a grid
+    /// `partial` holds), and rows not aligned to `P` come only with a phased or warp path.
     #[inline(always)]
     pub(crate) unsafe fn run<const PATH: RowPath, const HELD: usize>(&self) {
         // SAFETY: forwarded to the caller.
