@@ -12,7 +12,7 @@
 //! over 32 columns, the block's warps over the chunks.
 
 use crate::abi::{COLUMN_SUM_WARPS, COLUMN_TOTALS_WARPS, column_sum_tile_cols};
-use crate::arch::{WARP_SIZE, block_idx_x, dynamic_shared, grid_dim_x, sync_threads, thread_idx_x};
+use crate::arch::{WARP_SIZE, block_idx_x, dynamic_shared, sync_threads, thread_idx_x};
 use crate::pack::{DirectStore, Store};
 use crate::scalar::Scalar;
 use crate::unroll::unroll;

@@ -13,8 +13,8 @@ use super::{
 };
 use crate::abi::{RowShape, column_gather_bytes};
 use crate::arch::{
-    SharedAddr, WARP_SIZE, block_dim_x, block_idx_x, dynamic_shared_addr, grid_dim_x, load_shared, store_shared,
-    sync_threads, thread_idx_x, wait_async_copies,
+    SharedAddr, block_dim_x, block_idx_x, dynamic_shared_addr, grid_dim_x, load_shared, store_shared, sync_threads,
+    thread_idx_x, wait_async_copies,
 };
 use crate::pack::{Load, LoadOne, Store, StoreOne};
 use crate::reduce::{Sum, SumPair};
@@ -148,21 +148,15 @@ impl ColumnSlab {
         }
     }
 
-    /// Adds the terms of the pairs at columns `col..col + Q` to group `group`'s sums, 16
-    /// bytes an access where `aligned` (`col` a multiple of `Q`, and `cols` of 4 where `Q`
-    /// is; a constant after inlining), else a word at a time.
+    /// Adds `term(k, j)` to group `group`'s sum `k` of column `col + j`, for the columns
+    /// `col..col + Q`: 16 bytes an access where `aligned` (`col` a multiple of `Q`, and
+    /// `cols` of 4 where `Q` is; a constant after inlining), else a word at a time.
     ///
     /// # Safety
     /// The columns must be inside the row, `group` below the slab's, and no other thread
     /// of the block add to this group's columns meanwhile.
     #[inline(always)]
-    unsafe fn add<C: ColumnGather, const Q: usize>(
-        &self,
-        gather: &C,
-        (group, col, aligned): (u32, u64, bool),
-        a: [f32; Q],
-        b: [f32; Q],
-    ) {
+    unsafe fn add<const Q: usize>(&self, (group, col, aligned): (u32, u64, bool), term: impl Fn(usize, usize) -> f32) {
         let per_access = if aligned && Q % 4 == 0 { 4 } else { 1 };
         unroll::<2>(|k| {
             if (k as u32) < self.sums {
@@ -173,8 +167,7 @@ impl ColumnSlab {
                         let mut words = unsafe { load_shared(at, 4 * per_access) };
                         unroll::<4>(|q| {
                             if q < per_access {
-                                let term = gather.term(k, a[start + q], b[start + q]);
-                                words[q] = (f32::from_bits(words[q]) + term).to_bits();
+                                words[q] = (f32::from_bits(words[q]) + term(k, start + q)).to_bits();
                             }
                         });
                         // SAFETY: as the load.
@@ -309,7 +302,7 @@ where
         // SAFETY: forwarded to the caller.
         unsafe {
             if C::GATHERS {
-                slab.add::<C, P>(self.gather, at, a, b);
+                slab.add::<P>(at, |k, j| self.gather.term(k, a[j], b[j]));
             }
             self.gather.scale(col, b)
         }
@@ -325,7 +318,7 @@ where
             // SAFETY: forwarded to the caller.
             unsafe {
                 if C::GATHERS {
-                    slab.add::<C, 1>(self.gather, (0, col, false), [a], [b]);
+                    slab.add::<1>((0, col, false), |k, _| self.gather.term(k, a, b));
                 }
                 self.store.store_one(G::apply(grad, a, scaled), row, col);
             }
@@ -440,9 +433,26 @@ where
             at.for_each_access(shape.rows, |first| {
                 let a = warp_load::<LA, P, E>(load_a, &at, first, shape, 0.0);
                 let mut b = warp_load::<LB, P, E>(load_b, &at, first, shape, 0.0);
+                if C::GATHERS {
+                    // The access's rows share their columns: one read-modify-write of the
+                    // sums a pack adds both rows' terms (measured: see docs/PERF.md).
+                    let held: [bool; 2] = unrolled_array(|r| at.holds::<E>(r, first, shape.rows));
+                    unroll::<E>(|i| {
+                        if i % P == 0 && at.in_row::<P>(i, shape.cols) {
+                            slab.add::<P>((group, at.col::<P>(i), true), |k, j| {
+                                let mut term = 0.0;
+                                unroll::<2>(|r| {
+                                    if held[r] {
+                                        term += gather.term(k, a[r][i + j], b[r][i + j]);
+                                    }
+                                });
+                                term
+                            });
+                        }
+                    });
+                }
                 at.for_each_pack::<P, E>(first, shape, 0..E / P, |r, i, _, col| {
-                    let pack = |v: &[[f32; E]; 2]| -> [f32; P] { unrolled_array(|j| v[r][i + j]) };
-                    let scaled = self.gather_pack(&slab, (group, col, true), pack(&a), pack(&b));
+                    let scaled = gather.scale::<P>(col, unrolled_array(|j| b[r][i + j]));
                     unroll::<P>(|j| b[r][i + j] = scaled[j]);
                 });
                 let sums: [[f32; 2]; N] =
