@@ -27,16 +27,15 @@ pub use super::rows::dispatch::{Path, PathKind, Plan};
 /// shared path reached 86-100%.
 const BACKWARD_WARP_MAX_COLS: usize = 512;
 use super::columns::{ColumnSumArgs, sum_chunks, sum_columns};
-use super::rows::dispatch::Problem;
+use super::rows::dispatch::gathers_columns;
 use super::rows::{RowCall, RowKernels, check_aligned, same_shape};
 use super::{Span, check_disjoint};
-use crate::DeviceInfo;
 use crate::Stream;
 use crate::error::{Error, Result, invalid};
-use crate::module::KernelKey;
+use crate::module::{Kernel, KernelKey};
 use crate::tensor::{AsView, AsViewMut, DType, Element, View, ViewMut};
 use crate::workspace::Workspace;
-use rill_kernels_gpu::abi::{NormArgs, NormParamGradArgs, ROW_STATIC_SHARED_BYTES, column_gather_bytes, max_pack};
+use rill_kernels_gpu::abi::{NormArgs, NormParamGradArgs, max_pack};
 use rill_kernels_gpu::table::{NormKernelKind, RowPath};
 
 /// Which norm: LayerNorm centers and scales, `(x - mean) * rstd * weight + bias`; RMSNorm
@@ -594,7 +593,8 @@ impl Norm {
             NormKind::LayerNorm => 2,
             NormKind::RmsNorm => 1,
         };
-        let gathers = (dweight.is_some() || dbias.is_some())
+        let wants_params = dweight.is_some() || dbias.is_some();
+        let gathers = wants_params
             && self.force.is_none()
             && row.aligned()
             && gathers_columns(&row.problem, sums, row.stream.gpu().info());
@@ -623,7 +623,7 @@ impl Norm {
         }
         check_disjoint(op, &reads, &writes, false)?;
         let mut prepared = row.prepare()?;
-        if !prepared.launches() || !(dweight.is_some() || dbias.is_some()) {
+        if !prepared.launches() || !wants_params {
             return prepared.launch();
         }
         if !gathers {
@@ -654,13 +654,12 @@ impl ColumnSumArgs for NormParamGradArgs {
     }
 }
 
-/// Whether the backward's rows can gather the parameter gradients' `sums` column sums
-/// (its kernels' paths): rows on the warp path, or whose caches and sums fit one block's
-/// shared memory.
-fn gathers_columns(problem: &Problem, sums: u32, device: &DeviceInfo) -> bool {
-    let per_col = problem.cache_bytes_per_col as u64 + column_gather_bytes(1, sums, 1);
-    let limit = device.max_shared_bytes_per_block_optin.saturating_sub(ROW_STATIC_SHARED_BYTES) as u64;
-    problem.cols <= problem.warp_max_cols || problem.cols as u64 * per_col <= limit
+/// The parameter-gradient kernel `key`; `Unsupported` naming `op` and `dtype` where there
+/// is none.
+fn param_grad_kernel(stream: &Stream, op: &str, key: KernelKey, dtype: DType) -> Result<Kernel> {
+    stream.gpu().modules().kernel(key).map_err(|error| {
+        error.reword_unsupported(|| format!("`{op}`: no parameter-gradient kernel for {}", dtype.name()))
+    })
 }
 
 /// Stage 2 alone: dweight (and dbias) as the sums of `args.chunks` partial rows, in order.
@@ -669,23 +668,15 @@ fn gathers_columns(problem: &Problem, sums: u32, device: &DeviceInfo) -> bool {
 /// `args.partial` must hold the `[sums, chunks, cols]` f32 rows, written before this call on
 /// `stream`; dweight and dbias, where not 0, `cols` elements of `G`.
 unsafe fn chunk_totals<G: Element>(stream: &Stream, op: &str, args: NormParamGradArgs) -> Result<()> {
-    let modules = stream.gpu().modules();
-    let unsupported = |error: Error| {
-        error.reword_unsupported(|| format!("`{op}`: no parameter-gradient kernel for {}", G::DTYPE.name()))
-    };
-    let totals = modules.kernel(KernelKey::NormParamGradSum { param: G::DTYPE }).map_err(unsupported)?;
+    let totals = param_grad_kernel(stream, op, KernelKey::NormParamGradSum { param: G::DTYPE }, G::DTYPE)?;
     // SAFETY: forwarded to the caller.
     unsafe { sum_chunks(stream, totals, args, args.cols as usize) }
 }
 
 /// dweight (and dbias): the column sums of `dy * x̂` (and `dy`).
 fn param_grads<T: Element, G: Element>(stream: &Stream, op: &str, args: NormParamGradArgs, pack: usize) -> Result<()> {
-    let modules = stream.gpu().modules();
-    let unsupported = |error: Error| {
-        error.reword_unsupported(|| format!("`{op}`: no parameter-gradient kernel for {}", T::DTYPE.name()))
-    };
-    let chunks = modules.kernel(KernelKey::NormParamGrad { x: T::DTYPE, pack }).map_err(unsupported)?;
-    let totals = modules.kernel(KernelKey::NormParamGradSum { param: G::DTYPE }).map_err(unsupported)?;
+    let chunks = param_grad_kernel(stream, op, KernelKey::NormParamGrad { x: T::DTYPE, pack }, T::DTYPE)?;
+    let totals = param_grad_kernel(stream, op, KernelKey::NormParamGradSum { param: G::DTYPE }, T::DTYPE)?;
     // SAFETY: both kernels take NormParamGradArgs; the caller checked x and dy (rows x cols,
     // aligned to `pack`), mean and rstd (rows), dweight and dbias (cols).
     unsafe { sum_columns(stream, (chunks, totals), args, (args.rows as usize, args.cols as usize, pack)) }
@@ -737,34 +728,6 @@ mod tests {
         for param in [f32_, f16_, bf16_] {
             assert!(KernelKey::NormParamGradSum { param }.symbol().is_some());
         }
-    }
-
-    #[test]
-    fn parameter_gradients_are_gathered_where_the_rows_and_their_sums_fit() {
-        let device = crate::launch::tests::h100();
-        let problem = |cols, cache_bytes_per_col| Problem {
-            rows: 49152,
-            cols,
-            pack: 8,
-            block_pack: 8,
-            cache_bytes_per_col,
-            cluster_held_packs: 0,
-            block_limit: 1024,
-            warp_max_cols: BACKWARD_WARP_MAX_COLS,
-            reads_once: false,
-            cache_staged: false,
-            cache_transformed: false,
-            force: None,
-        };
-        // bf16 x and dy cached (4 bytes a column) beside LayerNorm's two f32 sums (8 more):
-        // 16384 columns take 192 KB of the 227 a block may have, 32768 twice that.
-        for cols in [1, 256, 512, 1024, 4096, 16384] {
-            assert!(gathers_columns(&problem(cols, 4), 2, &device), "{cols}");
-        }
-        assert!(!gathers_columns(&problem(32768, 4), 2, &device));
-        // f32 rows of RMSNorm: 8 bytes cached and one sum.
-        assert!(gathers_columns(&problem(16384, 8), 1, &device));
-        assert!(!gathers_columns(&problem(20000, 8), 1, &device));
     }
 
     /// The parameter dtype and the addresses a forward call holds: weight, bias, residual,

@@ -11,7 +11,8 @@ use crate::DeviceInfo;
 use crate::Error::Unsupported;
 use crate::launch::grid_stride_blocks;
 use rill_kernels_gpu::abi::{
-    CLUSTER_STATIC_SHARED_BYTES, ROW_CLUSTER_SIZES, ROW_STATIC_SHARED_BYTES, ROW_WARP_BLOCK_SIZE, rows_per_access,
+    CLUSTER_STATIC_SHARED_BYTES, ROW_CLUSTER_SIZES, ROW_STATIC_SHARED_BYTES, ROW_WARP_BLOCK_SIZE, column_gather_bytes,
+    rows_per_access,
 };
 use rill_kernels_gpu::table::RowPath;
 
@@ -269,8 +270,7 @@ fn block_grid(rows: usize, block: u32, device: &DeviceInfo) -> u32 {
 /// 151-152 for 7 of 256.
 fn shared_plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancy<'_>) -> crate::Result<Option<(Plan, u32)>> {
     let bytes = problem.cols as u64 * problem.cache_bytes_per_col as u64;
-    let limit = device.max_shared_bytes_per_block_optin.saturating_sub(ROW_STATIC_SHARED_BYTES) as u64;
-    if bytes > limit {
+    if !fits_a_block(bytes, device) {
         return Ok(None);
     }
     let shared_bytes = bytes as u32;
@@ -288,6 +288,25 @@ fn shared_plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancy<'_>)
     }
     let plan = problem.block_plan(Path::Shared { block, shared_bytes }, block_grid(problem.rows, block, device));
     Ok(Some((plan, resident)))
+}
+
+/// Whether `bytes` of a row's cache fit one block's dynamic shared memory beside the row
+/// kernels' static shared memory.
+fn fits_a_block(bytes: u64, device: &DeviceInfo) -> bool {
+    bytes <= device.max_shared_bytes_per_block_optin.saturating_sub(ROW_STATIC_SHARED_BYTES) as u64
+}
+
+/// Bytes per column a block's gathered column sums add to its cached row ([`Problem::cols`]
+/// of them on the block paths: one partial row a block).
+pub fn gathered_bytes_per_col(sums: u32) -> u32 {
+    column_gather_bytes(1, sums, 1) as u32
+}
+
+/// Whether a backward's rows can gather `sums` column sums (its gathering kernels' paths):
+/// rows on the warp path, or whose caches and sums fit one block's shared memory.
+pub fn gathers_columns(problem: &Problem, sums: u32, device: &DeviceInfo) -> bool {
+    let per_col = problem.cache_bytes_per_col + gathered_bytes_per_col(sums);
+    problem.cols <= problem.warp_max_cols || fits_a_block(problem.cols as u64 * per_col as u64, device)
 }
 
 /// Waves of resident clusters the cluster path's grid holds. A cluster works through its
@@ -556,6 +575,22 @@ mod tests {
         // 4096 columns: 16 blocks of 128 already hold 2048 threads, and win the tie.
         let narrow = Problem { cache_bytes_per_col: 1, cache_transformed: true, ..problem(4096, 4096, 8) };
         assert_eq!(plan(&narrow, &device, OCCUPANCY).unwrap().block(), 128);
+    }
+
+    #[test]
+    fn columns_are_gathered_where_the_rows_and_their_sums_fit() {
+        let device = h100();
+        let backward =
+            |cols, cache_bytes_per_col| Problem { cache_bytes_per_col, warp_max_cols: 512, ..problem(49152, cols, 8) };
+        // bf16 x and dy cached (4 bytes a column) beside LayerNorm's two f32 sums (8 more):
+        // 16384 columns take 192 KB of the 227 a block may have, 32768 twice that.
+        for cols in [1, 256, 512, 1024, 4096, 16384] {
+            assert!(gathers_columns(&backward(cols, 4), 2, &device), "{cols}");
+        }
+        assert!(!gathers_columns(&backward(32768, 4), 2, &device));
+        // f32 rows of RMSNorm: 8 bytes cached and one sum.
+        assert!(gathers_columns(&backward(16384, 8), 1, &device));
+        assert!(!gathers_columns(&backward(20000, 8), 1, &device));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::fuse::FusedModule;
 use crate::launch::{LaunchConfig, Tally, active_clusters, count, launch};
 use crate::module::{Attributes, Kernel, KernelKey};
 use crate::tensor::{Element, View};
-use dispatch::{Occupancies, Problem, WARP_MAX_COLS, plan};
+use dispatch::{Occupancies, Problem, WARP_MAX_COLS, gathered_bytes_per_col, plan};
 pub use dispatch::{Path, PathKind, Plan};
 use rill_kernels_gpu::abi::DType;
 use rill_kernels_gpu::abi::{
@@ -267,8 +267,7 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             threads(Path::Uncached { block: 0 })?.min(threads(Path::Shared { block: 0, shared_bytes: 0 })?)
         };
         // The block paths' gathered sums: one partial row a block, beside the cached row.
-        let gathered_per_col = column_gather_bytes(1, self.column_sums, 1) as u32;
-        let cache_bytes_per_col = self.problem.cache_bytes_per_col + gathered_per_col;
+        let cache_bytes_per_col = self.problem.cache_bytes_per_col + gathered_bytes_per_col(self.column_sums);
         let problem = Problem { pack, block_pack, block_limit, cache_bytes_per_col, ..self.problem };
         let mut plan = plan(&problem, gpu.info(), Occupancies { shared: &shared, cluster: &cluster })?;
         let kernel = kernel_for(&plan)?;

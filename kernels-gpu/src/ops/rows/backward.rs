@@ -130,12 +130,15 @@ impl ColumnSlab {
         self.base.offset(((group * self.sums + k as u32) * self.cols + col as u32) * 4)
     }
 
-    /// Zeroes the slab; every thread of the block calls it (a barrier).
+    /// Zeroes the slab where `C` gathers; every thread of the block calls it (a barrier).
     ///
     /// # Safety
     /// The launch must size the block's shared memory for the slab.
     #[inline(always)]
-    unsafe fn clear(&self) {
+    unsafe fn clear<C: ColumnGather>(&self) {
+        if !C::GATHERS {
+            return;
+        }
         let words = self.groups * self.sums * self.cols;
         let mut word = thread_idx_x();
         // SAFETY: every word is inside the slab.
@@ -179,14 +182,18 @@ impl ColumnSlab {
     }
 
     /// Writes the block's total of each column, its groups added in order, as its row of
-    /// `partial`; every thread of the block calls it (a barrier).
+    /// `gather`'s partial array, where it gathers; every thread of the block calls it (a
+    /// barrier).
     ///
     /// # Safety
-    /// `partial` must hold `sums x grid x cols` f32.
+    /// The partial array must hold `sums x grid x cols` f32.
     #[inline(always)]
-    unsafe fn finish(&self, partial: u64) {
+    unsafe fn finish<C: ColumnGather>(&self, gather: &C) {
+        if !C::GATHERS {
+            return;
+        }
         let (grid, block, cols) = (grid_dim_x() as u64, block_idx_x() as u64, self.cols as u64);
-        let partial = partial as *mut f32;
+        let partial = gather.partial() as *mut f32;
         // SAFETY: the slab's words and this block's row of `partial`.
         unsafe {
             sync_threads();
@@ -340,9 +347,7 @@ where
         // beyond those in the reductions (which also order one row's gathering before the
         // next's, whose columns may be another thread's where rows run from their heads).
         unsafe {
-            if C::GATHERS {
-                slab.clear();
-            }
+            slab.clear::<C>();
             split.rows::<P, PHASED>(shape, |at| {
                 let row = at.row;
                 let edge = edge::<LA, LB, C, P, PHASED>((load_a, load_b, gather), shape, split, at);
@@ -367,9 +372,7 @@ where
                     cache_b.prefetch(load_b, at, pack);
                 });
             });
-            if C::GATHERS {
-                slab.finish(gather.partial());
-            }
+            slab.finish(gather);
         }
     }
 
@@ -383,9 +386,7 @@ where
         // the launch sizes shared memory for the slab, whose columns are each one thread's
         // within a row (the reductions' barriers order rows).
         unsafe {
-            if C::GATHERS {
-                slab.clear();
-            }
+            slab.clear::<C>();
             BlockSplit.rows::<P, PHASED>(shape, |at| {
                 let (row, slice) = (at.row, slice.in_row(at));
                 let edge = edge::<LA, LB, C, P, PHASED>((load_a, load_b, gather), shape, &BlockSplit, at);
@@ -406,9 +407,7 @@ where
                     store.store(unrolled_array(|j| G::apply(grad, a[j], b[j])), row, col)
                 });
             });
-            if C::GATHERS {
-                slab.finish(gather.partial());
-            }
+            slab.finish(gather);
         }
     }
 
@@ -427,9 +426,7 @@ where
         // warp runs the same iterations; a group's columns are its own in the slab, which the
         // launch sizes.
         unsafe {
-            if C::GATHERS {
-                slab.clear();
-            }
+            slab.clear::<C>();
             at.for_each_access(shape.rows, |first| {
                 let a = warp_load::<LA, P, E>(load_a, &at, first, shape, 0.0);
                 let mut b = warp_load::<LB, P, E>(load_b, &at, first, shape, 0.0);
@@ -470,9 +467,7 @@ where
                     |r, i, ()| unrolled_array(|j| G::apply(grad[r], a[r][i + j], b[r][i + j])),
                 );
             });
-            if C::GATHERS {
-                slab.finish(gather.partial());
-            }
+            slab.finish(gather);
         }
     }
 
