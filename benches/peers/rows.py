@@ -232,6 +232,10 @@ def main():
         groups.setdefault((r["dtype"], tuple(r["shape"])), []).append(r["op"])
     times = []
     for (dtype, shape), ops in groups.items():
+        if len(shape) != 2:
+            # Not rows x cols: another family's shape (BatchNorm's peers are batch_norm.py's).
+            print(f"  {dtype} {list(shape)}: not a row shape, no peers here", file=sys.stderr)
+            continue
         print(f"  {dtype} {list(shape)}: {', '.join(ops)}", file=sys.stderr)
         inputs = Inputs(list(shape), dtype)
         for implementation, table in peers(inputs).items():

@@ -318,6 +318,43 @@ pub struct NormArgs {
     pub partial: u64,
 }
 
+/// Elements from one shifted copy of a norm's per-column vector to the next, for `cols`
+/// columns: a whole number of 16-byte accesses of any pack (8 elements), so each copy
+/// starts aligned. The phased paths read a weight and bias through these copies, copy `h`
+/// holding the vector from element `h` (the device's `ColumnLoad::shifted`).
+pub const fn column_copy_stride(cols: u64) -> u64 {
+    cols.next_multiple_of(8)
+}
+
+/// Whether the phased paths at packs of `pack` elements read a norm's weight and bias from
+/// shifted copies ([`column_copy_stride`]) rather than an element at a time. Measured on
+/// the H100 (4096 rows of 50257 and 32001 columns): rows of 16-bit elements (packs of 8,
+/// so eight loads a pack otherwise) gained 1-12 points of copy on the dispatcher's paths;
+/// f32 rows (packs of 4) lost 1-20, since their copies are four vectors' worth of L2 reads
+/// where the vector's own elements hit L1 after a pack's first.
+pub const fn phased_columns_copied(pack: usize) -> bool {
+    pack >= 8
+}
+
+/// Threads per block of the kernel that writes the shifted copies.
+pub const COLUMN_COPY_BLOCK_SIZE: u32 = 256;
+
+/// Parameters of the kernel that writes the shifted copies of a norm's weight and bias
+/// for its phased paths (`column_copies`): vector `v`'s copy `h` at element
+/// `(v * copies + h) * column_copy_stride(cols)` of `output`, element `i` of it
+/// `sources[v][i + h]` (0 past the vector).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ColumnCopyArgs {
+    /// The vectors, 0 past the last one.
+    pub sources: [u64; 2],
+    pub output: u64,
+    pub cols: u64,
+    /// Copies a vector: the rows' pack.
+    pub copies: u32,
+    pub vectors: u32,
+}
+
 /// Warps per block of the column sums' stage 2, which split a tile of 32 columns' chunk
 /// sums among them: enough loads in flight for the ~1000 chunks one wave of stage 1 (or of a
 /// gathering backward) leaves.

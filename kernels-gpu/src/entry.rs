@@ -63,10 +63,10 @@ crate::softmax_kernels!(main softmax_entries);
 
 #[cfg(all(feature = "norm", not(any(feature = "cluster", feature = "fuse"))))]
 mod norm {
-    use crate::abi::NormParamGradArgs;
+    use crate::abi::{ColumnCopyArgs, NormParamGradArgs};
     #[allow(unused_imports)]
     use crate::scalar::bf16;
-    use crate::{norm_param_grad_kernels, norm_param_grad_sum_symbol, norm_param_grad_symbol};
+    use crate::{norm_column_copies_symbol, norm_param_grad_sum_symbol, norm_param_grad_symbol, norm_param_kernels};
 
     crate::norm_kernels!(main norm_entries);
 
@@ -82,7 +82,7 @@ mod norm {
         };
     }
 
-    macro_rules! param_grad_sum_entries {
+    macro_rules! per_param_entries {
         ($(($param:ident))*) => {
             $(const _: () = {
                 #[unsafe(export_name = norm_param_grad_sum_symbol!($param))]
@@ -90,11 +90,18 @@ mod norm {
                     // SAFETY: the host validated `args`.
                     unsafe { crate::ops::norm::param_grad_sum::<$param>(&args) }
                 }
+            };
+            const _: () = {
+                #[unsafe(export_name = norm_column_copies_symbol!($param))]
+                unsafe extern "ptx-kernel" fn entry(args: ColumnCopyArgs) {
+                    // SAFETY: the host validated `args` and sized the output.
+                    unsafe { crate::ops::norm::column_copies::<$param>(&args) }
+                }
             };)*
         };
     }
 
-    norm_param_grad_kernels!(param_grad_entries, param_grad_sum_entries);
+    norm_param_kernels!(param_grad_entries, per_param_entries);
 }
 
 /// The cluster module: the softmax and norm kernels of the cluster path (sm_90).

@@ -385,6 +385,10 @@ impl<T: Scalar, const N: usize> Store<N> for DirectStore<T> {
 #[derive(Clone, Copy)]
 pub struct ColumnLoad<T> {
     base: GlobalAddr,
+    /// Elements from one shifted copy of the vector to the next
+    /// ([`crate::abi::column_copy_stride`]), for [`ColumnLoad::fetch_phased`]; 0 for a
+    /// plain vector.
+    copy_stride: u64,
     _element: PhantomData<T>,
 }
 
@@ -395,7 +399,21 @@ impl<T: Scalar> ColumnLoad<T> {
     #[inline(always)]
     pub unsafe fn new(address: u64) -> Self {
         // SAFETY: forwarded to the caller.
-        ColumnLoad { base: unsafe { GlobalAddr::from_generic(address) }, _element: PhantomData }
+        ColumnLoad { base: unsafe { GlobalAddr::from_generic(address) }, copy_stride: 0, _element: PhantomData }
+    }
+
+    /// A vector of `cols` elements as its shifted copies, for [`ColumnLoad::fetch_phased`]:
+    /// copy `h` holds elements `h..cols` from its start, and starts `h` strides of
+    /// [`crate::abi::column_copy_stride`] past `address` (copy 0 is the vector itself).
+    ///
+    /// # Safety
+    /// `address` must be a generic address of global memory holding the copies `0..N` for
+    /// the packs of `N` read, aligned to 16 bytes.
+    #[inline(always)]
+    pub unsafe fn shifted(address: u64, cols: u64) -> Self {
+        // SAFETY: forwarded to the caller.
+        let plain = unsafe { ColumnLoad::new(address) };
+        ColumnLoad { copy_stride: crate::abi::column_copy_stride(cols), ..plain }
     }
 
     /// The raw words of elements `col..col + N`: up to two 16-byte accesses (f32 columns
@@ -405,29 +423,47 @@ impl<T: Scalar> ColumnLoad<T> {
     /// They must be inside the vector, and `col` a multiple of `N`.
     #[inline(always)]
     pub unsafe fn fetch<const N: usize>(&self, col: u64) -> ColumnWords<T, N> {
-        let per_access = PACK_BYTES / T::BYTES;
-        let mut words = [[0; 4]; 2];
-        unroll::<2>(|access| {
-            let first = access * per_access;
-            if first < N {
-                let count = if N - first < per_access { N - first } else { per_access };
-                let at = self.base.offset((col + first as u64) * T::BYTES as u64);
-                // SAFETY: `count` elements inside the vector, aligned to their size (the
-                // caller's alignment, and `first` is a multiple of the 16-byte access).
-                words[access] = unsafe { load_global_nc(at, count * T::BYTES) };
-            }
-        });
-        ColumnWords { words, _element: PhantomData }
+        // SAFETY: forwarded to the caller.
+        unsafe { fetch_aligned(self.base, col) }
     }
 
-    /// As [`ColumnLoad::fetch`] from any column: an access per element, for rows run from
-    /// their heads (the phased paths), whose packs start at any column of the vector. Every
-    /// row reads the vector again, so these hit L1.
+    /// As [`ColumnLoad::fetch`] from any column, for rows run from their heads (the phased
+    /// paths), whose packs start at any column: packs of `N` that
+    /// [`crate::abi::phased_columns_copied`] from the shifted copies, others an element at
+    /// a time (single elements from copy 0, the vector itself, where there are copies).
+    ///
+    /// # Safety
+    /// The elements must be inside the vector; packs of `N` that are copied need a load made
+    /// by [`ColumnLoad::shifted`].
+    #[inline(always)]
+    pub unsafe fn fetch_phased<const N: usize>(&self, col: u64) -> ColumnWords<T, N> {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            if crate::abi::phased_columns_copied(N) { self.fetch_shifted(col) } else { self.fetch_unaligned(col) }
+        }
+    }
+
+    /// The pack from column `col` is copy `col % N` from the aligned element
+    /// `col - col % N`, so it loads in whole accesses as an aligned pack does.
+    ///
+    /// # Safety
+    /// As [`ColumnLoad::fetch_phased`], for a load with copies.
+    #[inline(always)]
+    unsafe fn fetch_shifted<const N: usize>(&self, col: u64) -> ColumnWords<T, N> {
+        let copy = col % N as u64;
+        let at = self.base.offset(copy * self.copy_stride * T::BYTES as u64);
+        // SAFETY: copy `col % N` holds the vector's elements from `col % N` on, so element
+        // `col` is its element `col - col % N`, a multiple of `N`; copies start aligned.
+        unsafe { fetch_aligned(at, col - copy) }
+    }
+
+    /// An access per element: every row reads the vector again, so these hit L1 where it
+    /// holds the vector.
     ///
     /// # Safety
     /// The elements must be inside the vector.
     #[inline(always)]
-    pub unsafe fn fetch_unaligned<const N: usize>(&self, col: u64) -> ColumnWords<T, N> {
+    unsafe fn fetch_unaligned<const N: usize>(&self, col: u64) -> ColumnWords<T, N> {
         let (per_access, per_word) = (PACK_BYTES / T::BYTES, 4 / T::BYTES);
         let mut words = [[0; 4]; 2];
         unroll::<N>(|j| {
@@ -449,6 +485,28 @@ impl<T: Scalar> ColumnLoad<T> {
         // SAFETY: forwarded to the caller.
         unsafe { self.fetch::<N>(col) }.to_f32()
     }
+}
+
+/// Elements `col..col + N` of the vector of `T` at `base`, in accesses of at most 16 bytes.
+///
+/// # Safety
+/// They must be inside the vector, `col` a multiple of `N`, and `base` aligned to
+/// `min(N * size_of::<T>(), 16)`.
+#[inline(always)]
+unsafe fn fetch_aligned<T: Scalar, const N: usize>(base: GlobalAddr, col: u64) -> ColumnWords<T, N> {
+    let per_access = PACK_BYTES / T::BYTES;
+    let mut words = [[0; 4]; 2];
+    unroll::<2>(|access| {
+        let first = access * per_access;
+        if first < N {
+            let count = if N - first < per_access { N - first } else { per_access };
+            let at = base.offset((col + first as u64) * T::BYTES as u64);
+            // SAFETY: `count` elements inside the vector, aligned to their size (the
+            // caller's alignment, and `first` is a multiple of the 16-byte access).
+            words[access] = unsafe { load_global_nc(at, count * T::BYTES) };
+        }
+    });
+    ColumnWords { words, _element: PhantomData }
 }
 
 /// What [`ColumnLoad::fetch`] read: `N` elements of `T` in at most two 16-byte accesses.

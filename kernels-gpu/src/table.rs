@@ -372,14 +372,15 @@ macro_rules! declare_norm_kinds {
 }
 norm_kernels!(kinds declare_norm_kinds);
 
-/// The norms' parameter-gradient kernels: stage 1 (`param_grad`, column sums of a chunk
-/// of rows) per input dtype and pack as `(x pack)`, stage 2 (`param_grad_sum`, the chunks
-/// added in order) per parameter dtype as `(param)`.
+/// The norms' per-column kernels: the parameter gradients' stage 1 (`param_grad`, column
+/// sums of a chunk of rows) per input dtype and pack as `(x pack)`; per parameter dtype as
+/// `(param)`, their stage 2 (`param_grad_sum`, the chunks added in order) and the shifted
+/// copies of a weight and bias the phased paths read (`column_copies`).
 #[macro_export]
-macro_rules! norm_param_grad_kernels {
-    ($stage1:ident, $stage2:ident) => {
+macro_rules! norm_param_kernels {
+    ($stage1:ident, $per_param:ident) => {
         $stage1! { (f32 4) (f32 1) (f16 8) (f16 1) (bf16 8) (bf16 1) }
-        $stage2! { (f32) (f16) (bf16) }
+        $per_param! { (f32) (f16) (bf16) }
     };
 }
 
@@ -396,6 +397,14 @@ macro_rules! norm_param_grad_symbol {
 macro_rules! norm_param_grad_sum_symbol {
     ($param:ident) => {
         $crate::kernel_symbol!(norm param_grad_sum columns f32 f32 $param; p 1)
+    };
+}
+
+/// The symbol of the kernel writing the shifted copies of parameter dtype `param`.
+#[macro_export]
+macro_rules! norm_column_copies_symbol {
+    ($param:ident) => {
+        $crate::kernel_symbol!(norm column_copies $param; p 1)
     };
 }
 
@@ -522,6 +531,10 @@ pub enum KernelKey {
     NormParamGradSum {
         param: DType,
     },
+    /// The shifted copies of a norm's weight and bias for its phased paths.
+    NormColumnCopies {
+        param: DType,
+    },
     NormLadder {
         rung: LadderRung,
         dtype: DType,
@@ -586,11 +599,14 @@ impl KernelKey {
                 }
             };
         }
-        macro_rules! param_grad_sum {
+        macro_rules! per_param {
             ($(($g:ident))*) => {
                 match key {
                     $(KernelKey::NormParamGradSum { param: crate::dtype_of!($g) } => {
                         return Some(crate::norm_param_grad_sum_symbol!($g));
+                    })*
+                    $(KernelKey::NormColumnCopies { param: crate::dtype_of!($g) } => {
+                        return Some(crate::norm_column_copies_symbol!($g));
                     })*
                     _ => {}
                 }
@@ -621,7 +637,7 @@ impl KernelKey {
         elementwise_kernels!(elementwise);
         softmax_kernels!(all softmax);
         norm_kernels!(all norm);
-        norm_param_grad_kernels!(param_grad, param_grad_sum);
+        norm_param_kernels!(param_grad, per_param);
         norm_ladder_kernels!(ladder);
         batch_norm_kernels!(all batch_norm);
         None
@@ -633,9 +649,10 @@ impl KernelKey {
             KernelKey::Elementwise { .. } => Module::Elementwise,
             KernelKey::Softmax { path, .. } | KernelKey::Norm { path, .. } if path.clustered() => Module::Cluster,
             KernelKey::Softmax { .. } => Module::Softmax,
-            KernelKey::Norm { .. } | KernelKey::NormParamGrad { .. } | KernelKey::NormParamGradSum { .. } => {
-                Module::Norm
-            }
+            KernelKey::Norm { .. }
+            | KernelKey::NormParamGrad { .. }
+            | KernelKey::NormParamGradSum { .. }
+            | KernelKey::NormColumnCopies { .. } => Module::Norm,
             KernelKey::NormLadder { .. } => Module::NormLadder,
             KernelKey::BatchNorm { .. } => Module::BatchNorm,
         }

@@ -284,19 +284,20 @@ fn norm_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
     // with 2 packs each; the 3 kinds on the 2 phased block paths for the 5 triples whose
     // rows share a dtype; the backward gathering the parameter gradients for the 5 on 3
     // paths at the widest pack; then the parameter gradients' 6 stage-1 and 3 stage-2
-    // kernels.
+    // kernels, and the 3 that write a weight's shifted copies.
     assert_eq!(
         kernels.len(),
-        (2 * 7 + 5) * 6 * 2 + 3 * 2 * 5 + 5 * 3 + 6 + 3,
-        "kinds x dtypes x paths x packs + phased + gathering + param grads"
+        (2 * 7 + 5) * 6 * 2 + 3 * 2 * 5 + 5 * 3 + 6 + 3 + 3,
+        "kinds x dtypes x paths x packs + phased + gathering + param grads + copies"
     );
-    let param_grads = kernels.iter().filter(|(name, _)| name.starts_with("rill_norm_param_grad")).count();
-    assert_eq!(param_grads, 6 + 3);
+    let per_column =
+        |name: &str| name.starts_with("rill_norm_param_grad") || name.starts_with("rill_norm_column_copies");
+    assert_eq!(kernels.iter().filter(|(name, _)| per_column(name)).count(), 6 + 3 + 3);
     for (name, body) in &kernels {
         assert!(!body.contains(".local"), "{name}: uses local memory");
         assert!(!body.contains("call"), "{name}: calls a function (a panic path?)");
         assert!(!body.contains("div.rn.f32") && !body.contains("div.full"), "{name}: IEEE division");
-        if name.starts_with("rill_norm_param_grad") {
+        if per_column(name) {
             continue;
         }
         assert!(body.contains("shfl.sync.bfly.b32"), "{name}: no butterfly shuffle");
@@ -313,10 +314,17 @@ fn norm_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
             let atomic = body.contains("atom.") || body.contains("\tred.") || body.contains(" red.");
             assert!(!atomic, "{name}: atomic sums");
         }
-        // Rows from their heads read the weight an element at a time.
+        // Rows from their heads: f32 rows read the weight an element at a time; 16-bit rows
+        // read its packs whole from the shifted copies, so their only single-element loads
+        // are the edges' and the per-row statistics' (a pack read by element is 8 loads, at
+        // 2-4 places a kernel).
         if name.contains("_phased_") {
-            let by_element = body.contains("ld.global.nc.u16") || body.contains("ld.global.nc.u32");
-            assert!(by_element, "{name}: the weight is not read an element at a time");
+            let scalar_loads = body.matches("ld.global.nc.u16").count() + body.matches("ld.global.nc.u32").count();
+            if name.ends_with("_p4") {
+                assert!(body.contains("ld.global.nc.u32"), "{name}: the weight is not read an element at a time");
+            } else {
+                assert!(scalar_loads < 16, "{name}: {scalar_loads} single-element loads; the weight's copies unread?");
+            }
         }
         if name.starts_with("rill_norm_forward_") || name.starts_with("rill_norm_add_forward_") {
             assert!(body.contains("rsqrt.approx"), "{name}: no rsqrt.approx");

@@ -28,14 +28,18 @@ pub use super::rows::dispatch::{Path, PathKind, Plan};
 const BACKWARD_WARP_MAX_COLS: usize = 512;
 use super::columns::{ColumnSumArgs, sum_chunks, sum_columns};
 use super::rows::dispatch::gathers_columns;
-use super::rows::{RowCall, RowKernels, check_aligned, same_shape};
+use super::rows::{Prepared, RowCall, RowKernels, check_aligned, same_shape};
 use super::{Span, check_disjoint};
 use crate::Stream;
 use crate::error::{Error, Result, invalid};
+use crate::launch::{LaunchConfig, launch};
 use crate::module::{Kernel, KernelKey};
 use crate::tensor::{AsView, AsViewMut, DType, Element, View, ViewMut};
 use crate::workspace::Workspace;
-use rill_kernels_gpu::abi::{NormArgs, NormParamGradArgs, max_pack};
+use rill_kernels_gpu::abi::{
+    COLUMN_COPY_BLOCK_SIZE, ColumnCopyArgs, NormArgs, NormParamGradArgs, column_copy_stride, max_pack,
+    phased_columns_copied,
+};
 use rill_kernels_gpu::table::{NormKernelKind, RowPath};
 
 /// Which norm: LayerNorm centers and scales, `(x - mean) * rstd * weight + bias`; RMSNorm
@@ -498,12 +502,12 @@ impl Norm {
         check_disjoint(op, &reads, &writes, false)?;
         // Rows run from their heads where their arrays share an offset and an element size
         // (odd widths; `RowCall::run` checks both): the phased kernels read the weight and
-        // bias an element at a time.
+        // bias from shifted copies.
         row.phased = true;
         // The residual add fills its cache through registers (it also writes the sum);
         // measured, it gains more from L1 for gamma and beta than from resident blocks.
         row.columns_before_blocks = call.residual.is_some();
-        row.run()
+        launch_reading_copies::<G>(stream, op, row.prepare()?)
     }
 
     /// Runs a backward call: `dx`, then dweight and dbias if asked. Returns the plan of
@@ -571,7 +575,7 @@ impl Norm {
             row.columns.push((row.args.gamma, size_of::<G>()));
         }
         // Rows run from their heads where x, dy and dx share an offset (odd widths): the
-        // phased kernels read the weight an element at a time.
+        // phased kernels read the weight from shifted copies.
         row.phased = true;
         if dbias.is_some() && kind == NormKind::RmsNorm {
             invalid!("`{op}` has no bias to differentiate");
@@ -624,10 +628,10 @@ impl Norm {
         check_disjoint(op, &reads, &writes, false)?;
         let mut prepared = row.prepare()?;
         if !prepared.launches() || !wants_params {
-            return prepared.launch();
+            return launch_reading_copies::<G>(stream, op, prepared);
         }
         if !gathers {
-            let plan = prepared.launch()?;
+            let plan = launch_reading_copies::<G>(stream, op, prepared)?;
             // x and dy passed the row kernel's pack check, so its pack serves stage 1, unless
             // the rows ran from their heads (stage 1 reads whole packs of columns).
             let pack = if plan.phased { 1 } else { plan.pack };
@@ -654,12 +658,59 @@ impl ColumnSumArgs for NormParamGradArgs {
     }
 }
 
-/// The parameter-gradient kernel `key`; `Unsupported` naming `op` and `dtype` where there
-/// is none.
-fn param_grad_kernel(stream: &Stream, op: &str, key: KernelKey, dtype: DType) -> Result<Kernel> {
-    stream.gpu().modules().kernel(key).map_err(|error| {
-        error.reword_unsupported(|| format!("`{op}`: no parameter-gradient kernel for {}", dtype.name()))
-    })
+/// Launches a norm's row kernel. Where its rows run from their heads (a phased plan), each
+/// row's packs start at another column; where the pack is one that
+/// [`phased_columns_copied`], the weight and bias (where given) are first copied once
+/// shifted by each column a pack can start at, into stream-ordered scratch that the kernel
+/// then reads them from in whole aligned accesses
+/// (the device's `ColumnLoad::shifted`).
+fn launch_reading_copies<G: Element>(stream: &Stream, op: &str, mut prepared: Prepared<'_, NormArgs>) -> Result<Plan> {
+    let vectors: Vec<u64> = [prepared.args.gamma, prepared.args.beta].into_iter().filter(|&v| v != 0).collect();
+    if !prepared.launches() || !prepared.plan.phased || !phased_columns_copied(prepared.plan.pack) || vectors.is_empty()
+    {
+        return prepared.launch();
+    }
+    let kernel = column_kernel(stream, op, KernelKey::NormColumnCopies { param: G::DTYPE }, G::DTYPE)?;
+    let cols = prepared.args.shape.cols;
+    let (copies, stride) = (prepared.plan.pack, column_copy_stride(cols) as usize);
+    let copy_bytes = copies * stride * size_of::<G>();
+    let scratch = Workspace::new(stream, (vectors.len() * copy_bytes).div_ceil(size_of::<f32>()))?;
+    let args = ColumnCopyArgs {
+        sources: [vectors[0], vectors.get(1).copied().unwrap_or(0)],
+        output: scratch.address(),
+        cols,
+        copies: copies as u32,
+        vectors: vectors.len() as u32,
+    };
+    let mut next = scratch.address();
+    for vector in [&mut prepared.args.gamma, &mut prepared.args.beta] {
+        if *vector != 0 {
+            (*vector, next) = (next, next + copy_bytes as u64);
+        }
+    }
+    let config = LaunchConfig {
+        grid: stride.div_ceil(COLUMN_COPY_BLOCK_SIZE as usize) as u32,
+        block: COLUMN_COPY_BLOCK_SIZE,
+        shared_bytes: 0,
+        cluster: 1,
+    };
+    // SAFETY: the kernel takes ColumnCopyArgs; the op checked each vector to hold `cols`
+    // elements of `G`, and the scratch holds every copy of each, 16-byte aligned (the pool
+    // aligns allocations, and a copy's bytes are a multiple of 16); the row kernel then
+    // reads the copies on the same stream.
+    let launched = unsafe { launch(stream, kernel, config, &args) }.and_then(|()| prepared.launch());
+    scratch.free()?;
+    launched
+}
+
+/// The per-column kernel `key` (parameter gradients, shifted copies); `Unsupported` naming
+/// `op` and `dtype` where there is none.
+fn column_kernel(stream: &Stream, op: &str, key: KernelKey, dtype: DType) -> Result<Kernel> {
+    stream
+        .gpu()
+        .modules()
+        .kernel(key)
+        .map_err(|error| error.reword_unsupported(|| format!("`{op}`: no per-column kernel for {}", dtype.name())))
 }
 
 /// Stage 2 alone: dweight (and dbias) as the sums of `args.chunks` partial rows, in order.
@@ -668,15 +719,15 @@ fn param_grad_kernel(stream: &Stream, op: &str, key: KernelKey, dtype: DType) ->
 /// `args.partial` must hold the `[sums, chunks, cols]` f32 rows, written before this call on
 /// `stream`; dweight and dbias, where not 0, `cols` elements of `G`.
 unsafe fn chunk_totals<G: Element>(stream: &Stream, op: &str, args: NormParamGradArgs) -> Result<()> {
-    let totals = param_grad_kernel(stream, op, KernelKey::NormParamGradSum { param: G::DTYPE }, G::DTYPE)?;
+    let totals = column_kernel(stream, op, KernelKey::NormParamGradSum { param: G::DTYPE }, G::DTYPE)?;
     // SAFETY: forwarded to the caller.
     unsafe { sum_chunks(stream, totals, args, args.cols as usize) }
 }
 
 /// dweight (and dbias): the column sums of `dy * x̂` (and `dy`).
 fn param_grads<T: Element, G: Element>(stream: &Stream, op: &str, args: NormParamGradArgs, pack: usize) -> Result<()> {
-    let chunks = param_grad_kernel(stream, op, KernelKey::NormParamGrad { x: T::DTYPE, pack }, T::DTYPE)?;
-    let totals = param_grad_kernel(stream, op, KernelKey::NormParamGradSum { param: G::DTYPE }, T::DTYPE)?;
+    let chunks = column_kernel(stream, op, KernelKey::NormParamGrad { x: T::DTYPE, pack }, T::DTYPE)?;
+    let totals = column_kernel(stream, op, KernelKey::NormParamGradSum { param: G::DTYPE }, T::DTYPE)?;
     // SAFETY: both kernels take NormParamGradArgs; the caller checked x and dy (rows x cols,
     // aligned to `pack`), mean and rstd (rows), dweight and dbias (cols).
     unsafe { sum_columns(stream, (chunks, totals), args, (args.rows as usize, args.cols as usize, pack)) }
@@ -727,6 +778,7 @@ mod tests {
         }
         for param in [f32_, f16_, bf16_] {
             assert!(KernelKey::NormParamGradSum { param }.symbol().is_some());
+            assert!(KernelKey::NormColumnCopies { param }.symbol().is_some());
         }
     }
 
@@ -772,6 +824,39 @@ mod tests {
         // The bias alone fixes the dtype; without weight or bias the f32 kernels run.
         assert_eq!(forward_parts(Forward::new(&x, &mut y).bias(&b)), (DType::BF16, [0, 0x40, 0, 0, 0, 0]));
         assert_eq!(forward_parts(Forward::new(&x, &mut y).save_rstd(&mut rstd)), (DType::F32, [0, 0, 0, 0, 0, 0x80]));
+    }
+
+    /// The shifted copies as the copy kernel lays them out hold, for every pack a phased row
+    /// reads (from each row's head), the vector's elements where the kernel's read of that
+    /// pack looks: copy `col % pack`, element `col - col % pack`, from a 16-byte boundary.
+    #[test]
+    fn shifted_copies_hold_every_pack_a_phased_row_reads() {
+        use rill_kernels_gpu::abi::RowShape;
+        for (cols, pack) in [(50257u64, 8u64), (32001, 8), (4099, 8), (9, 8), (17, 4)] {
+            let stride = column_copy_stride(cols);
+            assert!((stride * 2).is_multiple_of(16) && stride >= cols);
+            let copies: Vec<Option<u64>> = (0..pack * stride)
+                .map(|at| {
+                    let (copy, i) = (at / stride, at % stride);
+                    (i + copy < cols).then_some(i + copy)
+                })
+                .collect();
+            for phase in 0..pack as u32 {
+                let shape = RowShape { rows: 0, cols, width: 0, phase };
+                for row in 0..pack {
+                    let head = shape.head(row, pack);
+                    for k in 0..shape.aligned_packs(pack) {
+                        let col = head + k * pack;
+                        let first = (col % pack) * stride + col - col % pack;
+                        assert!(first.is_multiple_of(pack), "{cols} {pack}: column {col}");
+                        for j in 0..pack {
+                            assert_eq!(copies[(first + j) as usize], Some(col + j), "{cols} {pack}: column {col}");
+                        }
+                    }
+                }
+            }
+        }
+        assert!(phased_columns_copied(8) && !phased_columns_copied(4) && !phased_columns_copied(1));
     }
 
     #[test]

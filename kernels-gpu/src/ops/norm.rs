@@ -19,8 +19,8 @@ use super::columns::{self, ColumnTerms, Columns};
 use super::rows::RowSplit;
 use super::rows::backward::{BackwardRows, ColumnGather, NoGather, RowGradient};
 use super::rows::forward::{Accumulate, ForwardRows, RowForward, RowPass};
-use crate::abi::{NormArgs, NormParamGradArgs, RowShape};
-use crate::arch::{GlobalAddr, load_global_nc, rcp, rsqrt};
+use crate::abi::{ColumnCopyArgs, NormArgs, NormParamGradArgs, RowShape, column_copy_stride, phased_columns_copied};
+use crate::arch::{GlobalAddr, block_dim_x, block_idx_x, grid_dim_x, load_global_nc, rcp, rsqrt, thread_idx_x};
 #[cfg(feature = "fuse")]
 use crate::pack::StoreOne;
 use crate::pack::{ColumnLoad, ColumnWords, DirectLoad, DirectStore, Load, LoadOne, Pack, RowMajor, Store, StreamLoad};
@@ -48,7 +48,8 @@ impl Stats {
 /// the bodies, not by a Store, so the uncached path can keep several packs of them in
 /// flight with the row's: read one by one inside each store, their L2 latency stalled
 /// its output pass. Rows on a phased `PATH` run from their heads, so a row's packs start at
-/// any column and gamma and beta are read an element at a time.
+/// any column: gamma and beta are read from their shifted copies there
+/// ([`ColumnLoad::fetch_phased`]).
 struct Forward<G, const PATH: RowPath> {
     gamma: Option<ColumnLoad<G>>,
     beta: Option<ColumnLoad<G>>,
@@ -64,14 +65,13 @@ struct Forward<G, const PATH: RowPath> {
 
 impl<G: Scalar, const PATH: RowPath> Forward<G, PATH> {
     /// # Safety
-    /// Non-zero gamma and beta addresses must hold `cols` elements of `G`, aligned as
-    /// [`ColumnLoad::new`] requires.
+    /// Non-zero gamma and beta addresses must hold what [`column`] reads for packs of `P`.
     #[inline(always)]
-    unsafe fn new(args: &NormArgs, batched: bool) -> Self {
+    unsafe fn new<const P: usize>(args: &NormArgs, batched: bool) -> Self {
         Forward {
             // SAFETY: forwarded.
-            gamma: unsafe { column(args.gamma) },
-            beta: unsafe { column(args.beta) },
+            gamma: unsafe { column::<G, P, PATH>(args.gamma, args.shape.cols) },
+            beta: unsafe { column::<G, P, PATH>(args.beta, args.shape.cols) },
             mean: args.mean as *mut f32,
             rstd: args.rstd as *mut f32,
             eps: args.eps,
@@ -146,7 +146,7 @@ impl<G: Scalar, const PATH: RowPath> RowForward for Forward<G, PATH> {
     #[inline(always)]
     unsafe fn fetch_params<const P: usize>(&self, col: u64) -> Self::Params<P> {
         // SAFETY: forwarded.
-        let fetch = |v: &ColumnLoad<G>| unsafe { if PATH.phased() { v.fetch_unaligned(col) } else { v.fetch(col) } };
+        let fetch = |v: &ColumnLoad<G>| unsafe { if PATH.phased() { v.fetch_phased(col) } else { v.fetch(col) } };
         (
             self.gamma.as_ref().map_or_else(Default::default, fetch),
             self.beta.as_ref().map_or_else(Default::default, fetch),
@@ -160,7 +160,8 @@ impl<G: Scalar, const PATH: RowPath> RowForward for Forward<G, PATH> {
     /// cost the plain 16-bit forward resident blocks (at 2048 columns 9 blocks of 128 per SM
     /// instead of 16: 90% batched, 98% a pack at a time). One pack ahead instead of a batch was
     /// worse for both (16-bit forward 91% at 2048-32768, 16-bit residual-add RMSNorm 87% at
-    /// 16384).
+    /// 16384). Rows run from their heads read shifted copies of gamma and beta from L2, so
+    /// the 16-bit phased forwards batch too (4096 rows of 32001 and 50257: 2-4 points).
     #[inline(always)]
     fn batches_params(&self) -> bool {
         self.batched
@@ -276,14 +277,57 @@ impl<T: Scalar, const N: usize> Load<N> for ResidualAddLoad<T> {
     }
 }
 
-/// The optional per-column vector at `address` (0 for none).
+/// The optional per-column vector of `cols` at `address` (0 for none): on a phased `PATH`
+/// at packs of `P` that [`phased_columns_copied`], its shifted copies ([`column_copies`]).
 ///
 /// # Safety
-/// A non-zero `address` must hold the vector, aligned as [`ColumnLoad::new`] requires.
+/// A non-zero `address` must hold the vector, aligned as [`ColumnLoad::new`] requires, or
+/// where copied the copies [`ColumnLoad::shifted`] reads for packs of `P`.
 #[inline(always)]
-unsafe fn column<G: Scalar>(address: u64) -> Option<ColumnLoad<G>> {
+unsafe fn column<G: Scalar, const P: usize, const PATH: RowPath>(address: u64, cols: u64) -> Option<ColumnLoad<G>> {
     // SAFETY: forwarded.
-    if address == 0 { None } else { Some(unsafe { ColumnLoad::new(address) }) }
+    (address != 0).then(|| unsafe {
+        if PATH.phased() && phased_columns_copied(P) {
+            ColumnLoad::shifted(address, cols)
+        } else {
+            ColumnLoad::new(address)
+        }
+    })
+}
+
+/// The shifted copies of gamma and beta the phased paths read ([`ColumnLoad::shifted`]),
+/// as [`ColumnCopyArgs`] lays them out: each thread writes a column of every copy, so
+/// every read and write coalesces.
+///
+/// # Safety
+/// `args.sources` must name `args.vectors` (at most 2) live vectors of `args.cols`
+/// elements of `G`, and `args.output` hold `vectors * copies * column_copy_stride(cols)`
+/// of them, none overlapping a vector.
+#[inline(always)]
+pub unsafe fn column_copies<G: Scalar>(args: &ColumnCopyArgs) {
+    let stride = column_copy_stride(args.cols);
+    let first = (block_idx_x() * block_dim_x() + thread_idx_x()) as u64;
+    let step = (grid_dim_x() * block_dim_x()) as u64;
+    // SAFETY: every read is below `cols` of a vector, every write below the output's end.
+    unsafe {
+        let output = GlobalAddr::from_generic(args.output);
+        unroll::<2>(|vector| {
+            if vector < args.vectors as usize {
+                let source = GlobalAddr::from_generic(args.sources[vector]);
+                for shift in 0..args.copies as u64 {
+                    let copy = (vector as u64 * args.copies as u64 + shift) * stride;
+                    let mut i = first;
+                    while i < stride {
+                        let col = i + shift;
+                        let value =
+                            if col < args.cols { Pack::<G, 1>::load(source, col) } else { Pack::from_f32([0.0]) };
+                        value.store(output, copy + i);
+                        i += step;
+                    }
+                }
+            }
+        });
+    }
 }
 
 /// # Safety (every kernel body below)
@@ -304,7 +348,9 @@ pub unsafe fn forward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PAT
     unsafe {
         let load = StreamLoad(view::<T, PATH>(args.input, &args.shape));
         let output = DirectStore(view::<U, PATH>(args.output, &args.shape));
-        let op = Forward::<G, PATH>::new(args, T::BYTES == 4);
+        // Batched for f32 rows, and on the phased paths, whose gamma and beta come from L2
+        // ([`RowForward::batches_params`]).
+        let op = Forward::<G, PATH>::new::<P>(args, T::BYTES == 4 || PATH.phased());
         ForwardRows::<_, _, _, P> { op: &op, load: &load, outputs: &output, shape: &args.shape }.run::<PATH>();
     }
 }
@@ -323,7 +369,7 @@ where
 {
     // SAFETY: forwarded to the caller.
     unsafe {
-        let op = Forward::<G, PATH>::new(args, <L::Exact as Scalar>::BYTES == 4);
+        let op = Forward::<G, PATH>::new::<P>(args, <L::Exact as Scalar>::BYTES == 4);
         ForwardRows::<_, _, _, P> { op: &op, load, outputs: store, shape: &args.shape }.run::<PATH>();
     }
 }
@@ -339,7 +385,7 @@ pub unsafe fn add_forward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const
             sum: DirectStore(view::<T, PATH>(args.sum, shape)),
         };
         let output = DirectStore(view::<U, PATH>(args.output, shape));
-        let op = Forward::<G, PATH>::new(args, true);
+        let op = Forward::<G, PATH>::new::<P>(args, true);
         ForwardRows::<_, _, _, P> { op: &op, load: &load, outputs: &output, shape: &args.shape }.run::<PATH>();
     }
 }
@@ -413,8 +459,8 @@ impl<T: Scalar, const N: usize> Load<N> for NormalizedLoad<T> {
 }
 
 /// Scales a row's values by gamma at their columns (nothing without gamma). Rows on a
-/// phased `PATH` run from their heads, so gamma is read an element at a time there (L1
-/// hits after the first row), as in the forward.
+/// phased `PATH` run from their heads, so gamma is read from its shifted copies there, as
+/// in the forward.
 #[derive(Clone, Copy)]
 struct ColumnScale<G, const PATH: RowPath> {
     gamma: Option<ColumnLoad<G>>,
@@ -428,7 +474,7 @@ impl<G: Scalar, const PATH: RowPath> ColumnScale<G, PATH> {
     #[inline(always)]
     unsafe fn gamma<const N: usize>(&self, col: u64) -> ColumnWords<G, N> {
         // SAFETY: forwarded; gamma holds `cols` elements.
-        let fetch = |g: &ColumnLoad<G>| unsafe { if PATH.phased() { g.fetch_unaligned(col) } else { g.fetch(col) } };
+        let fetch = |g: &ColumnLoad<G>| unsafe { if PATH.phased() { g.fetch_phased(col) } else { g.fetch(col) } };
         self.gamma.as_ref().map_or_else(Default::default, fetch)
     }
 
@@ -585,7 +631,7 @@ unsafe fn backward_rows<T: Scalar, U: Scalar, G: Scalar, C: ColumnGather, const 
 #[inline(always)]
 pub unsafe fn backward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PATH: RowPath>(args: &NormArgs) {
     // SAFETY: see `view`; gamma holds `cols` elements where given.
-    unsafe { backward_rows::<T, U, G, _, P, PATH>(args, column(args.gamma), &NoGather) }
+    unsafe { backward_rows::<T, U, G, _, P, PATH>(args, column::<G, P, PATH>(args.gamma, args.shape.cols), &NoGather) }
 }
 
 /// The backward with dgamma's and dbeta's column sums gathered from its rows, each block's
@@ -598,7 +644,7 @@ pub unsafe fn backward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PA
 pub unsafe fn backward_params<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PATH: RowPath>(args: &NormArgs) {
     // SAFETY: forwarded; gamma holds `cols` elements where given.
     unsafe {
-        let weight = ColumnScale::<G, PATH> { gamma: column(args.gamma) };
+        let weight = ColumnScale::<G, PATH> { gamma: column::<G, P, PATH>(args.gamma, args.shape.cols) };
         let gather = ParamColumns { weight, rms: args.rms != 0, partial: args.partial };
         backward_rows::<T, U, G, _, P, PATH>(args, None, &gather);
     }
