@@ -573,6 +573,8 @@ impl Norm {
         if let Some(weight) = &weight {
             row.args.gamma = column(op, "the weight", weight, cols)?;
             row.columns.push((row.args.gamma, size_of::<G>()));
+            // dy is scaled by the weight on every read of its cache.
+            row.problem.passes_read_columns = true;
         }
         // Rows run from their heads where x, dy and dx share an offset (odd widths): the
         // phased kernels read the weight from shifted copies.

@@ -164,6 +164,11 @@ pub struct Problem {
     /// shared path keeps the most threads resident rather than the most rows (see
     /// [`shared_plan`]).
     pub cache_transformed: bool,
+    /// Whether the passes over a cached row also read per-column data from global memory
+    /// (a norm backward's weight): on rows run from their heads those come from L2 (their
+    /// shifted copies), and with one block an SM nothing overlaps their latency, so a
+    /// cluster splits the row over blocks that share SMs (see [`prefers_cluster`]).
+    pub passes_read_columns: bool,
     pub force: Option<PathKind>,
 }
 
@@ -223,6 +228,9 @@ pub fn plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancies<'_>) 
         None if problem.reads_once => Ok(streaming_plan(problem, device)),
         None => Ok(match shared_plan(problem, device, occupancy.shared)? {
             Some((plan, resident)) if prefers_streaming(problem, &plan, resident) => uncached_plan(problem, device),
+            Some((plan, resident)) if prefers_cluster(problem, &plan, resident) => {
+                cluster_plan(problem, device, occupancy.cluster)?.unwrap_or(plan)
+            }
             Some((plan, _)) => plan,
             None => cluster_plan(problem, device, occupancy.cluster)?.unwrap_or_else(|| uncached_plan(problem, device)),
         }),
@@ -237,6 +245,15 @@ pub fn plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancies<'_>) 
 /// (4096x50257) the cache still paid in f32, 67% against 59%, and tied in bf16.
 fn prefers_streaming(problem: &Problem, plan: &Plan, resident: u32) -> bool {
     problem.cache_staged && plan.pack > 1 && resident == 1
+}
+
+/// Whether a shared-path `plan` whose passes read per-column data
+/// ([`Problem::passes_read_columns`]), `resident` blocks an SM, loses to a cluster: one
+/// block an SM, on rows run from their heads. Measured on the H100 (16-bit norm backward,
+/// 4096 rows): at 32001 columns the shared path (one block of 128 KB an SM) ran at 66-67%
+/// of copy, a cluster of two 64 KB blocks at 75%; at 50257, 78% against 81%.
+fn prefers_cluster(problem: &Problem, plan: &Plan, resident: u32) -> bool {
+    problem.passes_read_columns && plan.phased && resident == 1
 }
 
 fn warp_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
@@ -389,6 +406,7 @@ mod tests {
             reads_once: false,
             cache_staged: false,
             cache_transformed: false,
+            passes_read_columns: false,
             force: None,
         }
     }
@@ -472,6 +490,27 @@ mod tests {
         // Forcing the shared path still gets it.
         let forced = Problem { force: Some(PathKind::Shared), ..staged(32768, 4) };
         assert_eq!(plan(&forced, &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
+    }
+
+    #[test]
+    fn phased_passes_reading_columns_split_rows_where_one_block_would_hold_an_sm() {
+        let device = h100();
+        // A 16-bit norm backward with a weight: x and dy cached, 4 bytes a column.
+        let backward = |cols, pack, block_pack| Problem {
+            cache_bytes_per_col: 4,
+            block_pack,
+            passes_read_columns: true,
+            ..problem(4096, cols, pack)
+        };
+        // 32001 columns from each row's head: 128 KB, one block an SM; a cluster of two.
+        let p = plan(&backward(32001, 1, 8), &device, OCCUPANCY).unwrap();
+        assert_eq!(p.path, Path::Cluster { cluster: 2, block: 1024, shared_bytes: 64000 });
+        assert!(p.phased);
+        // Aligned rows, no per-column reads, or several blocks an SM: the shared path.
+        assert_eq!(plan(&backward(32000, 8, 8), &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
+        let weightless = Problem { passes_read_columns: false, ..backward(32001, 1, 8) };
+        assert_eq!(plan(&weightless, &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
+        assert_eq!(plan(&backward(8001, 1, 8), &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
     }
 
     #[test]

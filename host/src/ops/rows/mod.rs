@@ -183,6 +183,7 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             reads_once: false,
             cache_staged: false,
             cache_transformed: false,
+            passes_read_columns: false,
             force,
         };
         RowCall {
