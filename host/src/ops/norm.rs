@@ -667,23 +667,24 @@ impl ColumnSumArgs for NormParamGradArgs {
 /// then reads them from in whole aligned accesses
 /// (the device's `ColumnLoad::shifted`).
 fn launch_reading_copies<G: Element>(stream: &Stream, op: &str, mut prepared: Prepared<'_, NormArgs>) -> Result<Plan> {
-    let vectors: Vec<u64> = [prepared.args.gamma, prepared.args.beta].into_iter().filter(|&v| v != 0).collect();
-    if !prepared.launches() || !prepared.plan.phased || !phased_columns_copied(prepared.plan.pack) || vectors.is_empty()
-    {
+    if !prepared.launches() || !prepared.plan.phased || !phased_columns_copied(prepared.plan.pack) {
+        return prepared.launch();
+    }
+    // The given vectors, gamma before beta, 0 past them.
+    let (mut sources, mut vectors) = ([0; 2], 0);
+    for vector in [prepared.args.gamma, prepared.args.beta].into_iter().filter(|&v| v != 0) {
+        (sources[vectors], vectors) = (vector, vectors + 1);
+    }
+    if vectors == 0 {
         return prepared.launch();
     }
     let kernel = column_kernel(stream, op, KernelKey::NormColumnCopies { param: G::DTYPE }, G::DTYPE)?;
     let cols = prepared.args.shape.cols;
     let (copies, stride) = (prepared.plan.pack, column_copy_stride(cols) as usize);
     let copy_bytes = copies * stride * size_of::<G>();
-    let scratch = Workspace::new(stream, (vectors.len() * copy_bytes).div_ceil(size_of::<f32>()))?;
-    let args = ColumnCopyArgs {
-        sources: [vectors[0], vectors.get(1).copied().unwrap_or(0)],
-        output: scratch.address(),
-        cols,
-        copies: copies as u32,
-        vectors: vectors.len() as u32,
-    };
+    let scratch = Workspace::new(stream, (vectors * copy_bytes).div_ceil(size_of::<f32>()))?;
+    let args =
+        ColumnCopyArgs { sources, output: scratch.address(), cols, copies: copies as u32, vectors: vectors as u32 };
     let mut next = scratch.address();
     for vector in [&mut prepared.args.gamma, &mut prepared.args.beta] {
         if *vector != 0 {

@@ -146,11 +146,7 @@ impl<G: Scalar, const PATH: RowPath> RowForward for Forward<G, PATH> {
     #[inline(always)]
     unsafe fn fetch_params<const P: usize>(&self, col: u64) -> Self::Params<P> {
         // SAFETY: forwarded.
-        let fetch = |v: &ColumnLoad<G>| unsafe { if PATH.phased() { v.fetch_phased(col) } else { v.fetch(col) } };
-        (
-            self.gamma.as_ref().map_or_else(Default::default, fetch),
-            self.beta.as_ref().map_or_else(Default::default, fetch),
-        )
+        unsafe { (column_words::<G, P, PATH>(&self.gamma, col), column_words::<G, P, PATH>(&self.beta, col)) }
     }
 
     /// The shared path fetches gamma and beta in batches of packs, or a pack at a time. Measured on the
@@ -293,6 +289,21 @@ unsafe fn column<G: Scalar, const P: usize, const PATH: RowPath>(address: u64, c
             ColumnLoad::new(address)
         }
     })
+}
+
+/// The raw words of columns `col..col + N` of a vector [`column`] made (unread where
+/// absent): from any column on a phased `PATH`, aligned packs elsewhere.
+///
+/// # Safety
+/// The columns must be inside the row, `col` a multiple of `N` unless `PATH` is phased.
+#[inline(always)]
+unsafe fn column_words<G: Scalar, const N: usize, const PATH: RowPath>(
+    vector: &Option<ColumnLoad<G>>,
+    col: u64,
+) -> ColumnWords<G, N> {
+    // SAFETY: forwarded.
+    let fetch = |v: &ColumnLoad<G>| unsafe { if PATH.phased() { v.fetch_phased(col) } else { v.fetch(col) } };
+    vector.as_ref().map_or_else(Default::default, fetch)
 }
 
 /// The shifted copies of gamma and beta the phased paths read ([`ColumnLoad::shifted`]),
@@ -474,8 +485,7 @@ impl<G: Scalar, const PATH: RowPath> ColumnScale<G, PATH> {
     #[inline(always)]
     unsafe fn gamma<const N: usize>(&self, col: u64) -> ColumnWords<G, N> {
         // SAFETY: forwarded; gamma holds `cols` elements.
-        let fetch = |g: &ColumnLoad<G>| unsafe { if PATH.phased() { g.fetch_phased(col) } else { g.fetch(col) } };
-        self.gamma.as_ref().map_or_else(Default::default, fetch)
+        unsafe { column_words::<G, N, PATH>(&self.gamma, col) }
     }
 
     #[inline(always)]
