@@ -12,11 +12,42 @@ pub use super::rows::check_last_dim;
 pub use super::rows::dispatch::{Path, PathKind, Plan};
 use super::rows::{RowCall, RowKernels, check_aligned, rows_cols, same_shape};
 use crate::Stream;
-use crate::error::{Result, invalid};
+use crate::error::{DriverContext, Result, invalid};
 use crate::ops::{Span, check_disjoint};
 use crate::tensor::{AsView, AsViewMut, Element, View};
-use rill_kernels_gpu::abi::{SOFTMAX_BACKWARD_HELD_PACKS, SoftmaxArgs};
+use crate::workspace::Workspace;
+use rill_kernels_gpu::abi::{PACK_BYTES, SOFTMAX_BACKWARD_HELD_PACKS, SoftmaxArgs};
 use rill_kernels_gpu::table::SoftmaxKind;
+
+/// The most of the input's bytes a tiled mask may take ([`Softmax::scale_mask`]): one
+/// eighth, so tiling adds little to the call's traffic.
+const MASK_TILES_SHARE: usize = 8;
+
+/// The fewest back-to-back copies of a mask of `bytes` that span a whole number of 16 bytes
+/// (1, 2, 4 or 8), so that input rows a whole number of tilings apart start as far past 16
+/// bytes as each other.
+fn mask_tiles(bytes: usize) -> usize {
+    PACK_BYTES >> bytes.trailing_zeros().min(PACK_BYTES.trailing_zeros())
+}
+
+/// Writes `tiles` (a power of two) back-to-back copies of the `bytes` at `source` from
+/// `to`, doubling what is written with each copy, on `stream`.
+///
+/// # Safety
+/// `source` must hold `bytes` of device memory, and `to` `tiles * bytes`, not overlapping it.
+unsafe fn tile(stream: &Stream, source: u64, bytes: usize, to: u64, tiles: usize) -> Result<()> {
+    let copy = |dst: u64, src: u64, bytes: usize| {
+        // SAFETY: the caller's ranges; each copy reads what an earlier one on the stream wrote.
+        unsafe { cust::sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, stream.as_raw()) }.during("cuMemcpyDtoDAsync")
+    };
+    copy(to, source, bytes)?;
+    let mut done = 1;
+    while done < tiles {
+        copy(to + (done * bytes) as u64, to, done * bytes)?;
+        done *= 2;
+    }
+    Ok(())
+}
 
 /// Softmax-family ops with a choice of implementation; the free functions of this module
 /// use [`Softmax::new`], which lets the dispatcher choose.
@@ -110,6 +141,12 @@ impl Softmax {
     /// `y = softmax(x * scale + mask)`; `mask` has the last dimension of `x` and a number
     /// of rows dividing its rows (e.g. `[seq_q, seq_k]` for `x` of `[batch, heads, seq_q,
     /// seq_k]`), broadcast over the rest.
+    ///
+    /// Where the mask's rows start at other offsets from 16 bytes than the input rows that
+    /// read them (a broadcast mask at an odd width), rows too wide for a warp first get the
+    /// mask tiled into stream-ordered scratch at the input's offset (up to an eighth of the
+    /// input's bytes), so they run in whole 16-byte packs; nothing is allocated for the
+    /// caller to keep, so the call can be captured in a graph.
     pub fn scale_mask<T: Element>(
         &self,
         stream: &Stream,
@@ -130,12 +167,9 @@ impl Softmax {
                 mask.shape()
             );
         }
-        call.arrays.extend([(mask.address(), size_of::<T>()), (y.address(), size_of::<T>())]);
         call.args.second = mask.address();
         call.args.output = y.address();
         call.args.period = mask_rows as u64;
-        // A broadcast mask row's offset from 16 bytes is not its input row's.
-        call.phased = mask_rows == rows;
         call.args.scale = scale;
         // The shared path caches x * scale + mask, computed in f32 and staged through
         // registers.
@@ -143,7 +177,43 @@ impl Softmax {
         call.problem.cache_staged = true;
         let reads = [Span::of("the input", &x), Span::of("the mask", &mask)];
         check_disjoint(op, &reads, &[Span::of("the output", &y)], false)?;
-        call.run()
+        let size = size_of::<T>();
+        let mask_bytes = mask_rows * cols * size;
+        // Row `r` reads mask row `r % mask_rows`, which starts as far past 16 bytes as row
+        // `r` does where the mask's rows repeat every whole 16 bytes of the input.
+        let in_phase = (mask_rows == rows || mask_bytes.is_multiple_of(PACK_BYTES))
+            && mask.address() % PACK_BYTES as u64 == x.address() % PACK_BYTES as u64;
+        let tiles = mask_tiles(mask_bytes);
+        let tiled_bytes = tiles * mask_bytes;
+        if in_phase || cols <= call.problem.warp_max_cols || tiled_bytes > rows * cols * size / MASK_TILES_SHARE {
+            call.arrays.extend([(mask.address(), size), (y.address(), size)]);
+            call.phased = in_phase;
+            return call.run();
+        }
+        // Else the mask is tiled into scratch `tiles` times, starting as far past 16 bytes
+        // as x, so that its rows keep the input rows' offset: the planner then sees arrays
+        // in one phase, with x standing in for the tiles' address.
+        call.arrays.extend([(x.address(), size), (y.address(), size)]);
+        call.phased = true;
+        call.args.period = (mask_rows * tiles) as u64;
+        let mut prepared = call.prepare()?;
+        if !prepared.launches() {
+            return Ok(prepared.plan);
+        }
+        if !prepared.plan.phased && prepared.plan.pack == 1 {
+            // Element by element, any mask address will do.
+            prepared.args.period = mask_rows as u64;
+            return prepared.launch();
+        }
+        let scratch = Workspace::new(stream, (tiled_bytes + PACK_BYTES).div_ceil(size_of::<f32>()))?;
+        let tiled = scratch.address() + x.address() % PACK_BYTES as u64;
+        // SAFETY: the mask holds `mask_bytes`; the scratch holds `tiled_bytes` from `tiled`.
+        let launched = unsafe { tile(stream, mask.address(), mask_bytes, tiled, tiles) }.and_then(|()| {
+            prepared.args.second = tiled;
+            prepared.launch()
+        });
+        scratch.free()?;
+        launched
     }
 
     /// `y = softmax(x * scale)` with a causal mask over the last two axes: query `i` (the
@@ -412,6 +482,16 @@ mod tests {
     use crate::module::KernelKey;
     use crate::tensor::DType;
     use rill_kernels_gpu::table::RowPath;
+
+    #[test]
+    fn a_tiled_mask_spans_the_fewest_whole_16_bytes() {
+        for bytes in [1, 2, 6, 8, 12, 16, 24, 48, 2 * 50257, 4 * 50257, 2 * 32001, 3 * 2 * 1025] {
+            let tiles = mask_tiles(bytes);
+            assert!(tiles.is_power_of_two() && (tiles * bytes).is_multiple_of(PACK_BYTES), "{bytes}: {tiles}");
+            assert!(tiles == 1 || !(tiles / 2 * bytes).is_multiple_of(PACK_BYTES), "{bytes}: {tiles}");
+        }
+        assert_eq!((mask_tiles(2 * 50257), mask_tiles(4 * 50257), mask_tiles(2 * 4096)), (8, 4, 1));
+    }
 
     #[test]
     fn every_kind_path_dtype_and_pack_has_a_kernel() {
