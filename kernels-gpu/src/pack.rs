@@ -6,7 +6,9 @@
 //! op (a scale, a mask, a residual add, a cast) is a new functor, not a new kernel.
 
 use crate::abi::{DType, PACK_BYTES};
-use crate::arch::{GlobalAddr, i8_lane_to_f32, load_global_nc, load_global_stream, store_global};
+use crate::arch::{
+    GlobalAddr, i8_lane_to_f32, load_global_nc, load_global_stream, store_global, store_global_streaming,
+};
 use crate::scalar::Scalar;
 use crate::unroll::{unroll, unrolled_array};
 use core::marker::PhantomData;
@@ -62,6 +64,16 @@ impl<T: Scalar, const N: usize> Pack<T, N> {
     pub unsafe fn store(self, base: GlobalAddr, index: u64) {
         // SAFETY: forwarded to the caller.
         unsafe { store_global(base.offset(index * Self::BYTES as u64), Self::BYTES, self.words) }
+    }
+
+    /// As [`Pack::store`], the line evicted first from L2 ([`store_global_streaming`]).
+    ///
+    /// # Safety
+    /// As [`Pack::store`].
+    #[inline(always)]
+    pub unsafe fn store_streaming(self, base: GlobalAddr, index: u64) {
+        // SAFETY: forwarded to the caller.
+        unsafe { store_global_streaming(base.offset(index * Self::BYTES as u64), Self::BYTES, self.words) }
     }
 
     /// The words one access moves (the first [`Self::BYTES`] bytes are the pack).
@@ -222,6 +234,18 @@ pub trait Store<const N: usize> {
     /// # Safety
     /// `(row, col..col + N)` must be inside the view, its first element aligned to the pack.
     unsafe fn store(&self, values: [f32; N], row: u64, col: u64);
+
+    /// As [`Store::store`], for a pass that re-reads its inputs from L2 as it stores: where
+    /// the store can, its lines are the first L2 evicts, so they do not push those inputs
+    /// out.
+    ///
+    /// # Safety
+    /// As [`Store::store`].
+    #[inline(always)]
+    unsafe fn store_streaming(&self, values: [f32; N], row: u64, col: u64) {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.store(values, row, col) }
+    }
 }
 
 /// Single elements through a functor's [`Load<1>`]: what a kernel generic over its pack
@@ -376,6 +400,12 @@ impl<T: Scalar, const N: usize> Store<N> for DirectStore<T> {
     unsafe fn store(&self, values: [f32; N], row: u64, col: u64) {
         // SAFETY: forwarded to the caller.
         unsafe { Pack::<T, N>::from_f32(values).store(self.0.base, self.0.pack_index::<N>(row, col)) }
+    }
+
+    #[inline(always)]
+    unsafe fn store_streaming(&self, values: [f32; N], row: u64, col: u64) {
+        // SAFETY: forwarded to the caller.
+        unsafe { Pack::<T, N>::from_f32(values).store_streaming(self.0.base, self.0.pack_index::<N>(row, col)) }
     }
 }
 

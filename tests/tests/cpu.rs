@@ -131,13 +131,30 @@ fn softmax_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
         let plain = !name.contains("_scale_mask_");
         check_row_loads(name, body, widest_pack, plain);
         // Cross entropy and logsumexp write a value per row; the pack-1 kernels move one
-        // element per access.
+        // element per access; cross entropy's gradient stores through its own functor.
         if widest_pack && !name.contains("_cross_entropy_") && !name.contains("_logsumexp_") {
-            assert!(body.contains("st.global.v4.u32"), "{name}: no 16-byte store");
+            let sixteen_bytes = body.contains("st.global.v4.u32") || body.contains("st.global.cs.v4.u32");
+            assert!(sixteen_bytes, "{name}: no 16-byte store");
+            check_row_stores(name, body);
         }
         let block_path = name.contains("_shared_") || name.contains("_uncached_");
         assert_eq!(body.contains("bar.sync"), block_path, "{name}: barriers only on the block paths");
         check_edges(name, body);
+    }
+}
+
+/// A row kernel's output stores at the widest pack: vector stores (a pack of a narrower
+/// output than the input is under 16 bytes), evict-first (`st.global.cs`) in the uncached
+/// paths' last pass, which re-reads the rows from L2 as it stores, so the outputs do not push
+/// those rows out (a residual add's sum, stored in the first pass, stays plain); plain on
+/// the other paths.
+fn check_row_stores(name: &str, body: &str) {
+    let (hinted, plain) = (body.contains("st.global.cs.v"), body.contains("st.global.v"));
+    if name.contains("_uncached_") || name.contains("_Uncached") {
+        assert!(hinted, "{name}: the uncached path's outputs are not stored evict-first");
+        assert!(!plain || name.contains("_add_forward_"), "{name}: a plain vector store on the uncached path");
+    } else {
+        assert!(plain && !hinted, "{name}: no plain vector store, or an evict-first one off the uncached path");
     }
 }
 
@@ -329,6 +346,9 @@ fn norm_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
         if name.starts_with("rill_norm_forward_") || name.starts_with("rill_norm_add_forward_") {
             assert!(body.contains("rsqrt.approx"), "{name}: no rsqrt.approx");
         }
+        if name.ends_with("_p4") || name.ends_with("_p8") {
+            check_row_stores(name, body);
+        }
     }
 }
 
@@ -372,12 +392,14 @@ fn a_users_fused_kernels_keep_the_row_engines_accesses() {
             }
             // The int8 logits in 8-byte packs (copied into the row cache by `cp.async` on
             // the shared path), the bf16 bias read and the bf16 output written 16 bytes at a
-            // time; single int8 loads only at the edges of rows run from their heads.
+            // time (as the engine's own kernels store); single int8 loads only at the edges of
+            // rows run from their heads.
             let shared = matches!(path, RowPath::Shared | RowPath::SharedPhased);
             let logits = if shared { "cp.async.ca.shared.global" } else { "ld.global.nc.v2.u32" };
-            for access in [logits, "ld.global.nc.v4.u32", "st.global.v4.u32"] {
+            for access in [logits, "ld.global.nc.v4.u32"] {
                 assert!(body.contains(access), "{symbol}: no {access}");
             }
+            check_row_stores(&symbol, body);
             assert_eq!(body.contains("ld.global.nc.u8"), path.phased(), "{symbol}: single int8 loads");
         }
     }

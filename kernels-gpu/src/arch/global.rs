@@ -92,6 +92,15 @@ vector_store!(
     GlobalAddr,
     reg64
 );
+vector_store!(
+    /// As [`store_global`], for outputs nothing in the kernel reads again while it re-reads
+    /// its inputs from L2 (`.cs`: the lines are the first L2 evicts), so the outputs do not
+    /// push those inputs out.
+    store_global_streaming,
+    "global.cs",
+    GlobalAddr,
+    reg64
+);
 
 /// Starts reading the line holding `addr` into L1 (`prefetch.L1`), so a read of it a little
 /// later hits there. A hint: nothing comes back and nothing waits for it.

@@ -404,7 +404,7 @@ where
                 block_packs_loaded::<P, _>(slice, fetch, |_, col, fetched| {
                     let (a, b) = convert(fetched, col);
                     let b = self.gather_pack(&slab, (0, col, !PHASED), a, b);
-                    store.store(unrolled_array(|j| G::apply(grad, a[j], b[j])), row, col)
+                    store.store_streaming(unrolled_array(|j| G::apply(grad, a[j], b[j])), row, col)
                 });
             });
             slab.finish(gather);

@@ -330,6 +330,12 @@ impl<Out: RowOutput<P>, const P: usize> Store<P> for EachPack<'_, Out> {
         // SAFETY: forwarded.
         unsafe { self.0.row(row).store(values, row, col) }
     }
+
+    #[inline(always)]
+    unsafe fn store_streaming(&self, values: [f32; P], row: u64, col: u64) {
+        // SAFETY: forwarded.
+        unsafe { self.0.row(row).store_streaming(values, row, col) }
+    }
 }
 
 /// The output of the single element `x` at `col`.
@@ -483,7 +489,7 @@ where
                     |col| (load.fetch(row, col), op.fetch_params::<P>(col)),
                     |_, col, (fetched, params)| {
                         let x = load.convert(fetched, row, col);
-                        store.store(op.output(stats, x, false, op.prepare(params)), row, col)
+                        store.store_streaming(op.output(stats, x, false, op.prepare(params)), row, col)
                     },
                 );
             }
