@@ -209,6 +209,14 @@ pub trait Load<const N: usize> {
         None
     }
 
+    /// Whether the values of the pack at `(row, col)` depend on what [`Load::source`] holds
+    /// there: a causal mask's packs wholly past the query's last key are `-inf` whatever the
+    /// view holds, so a cache need not copy them. Every pack by default.
+    #[inline(always)]
+    fn reads(&self, _row: u64, _col: u64) -> bool {
+        true
+    }
+
     /// Elements `col..col + N` from their values in [`Load::source`] (as f32).
     ///
     /// # Safety

@@ -350,6 +350,12 @@ impl<T: Scalar, const N: usize> Load<N> for CausalLoad<T> {
         Some(self.x.0)
     }
 
+    /// The keys the query sees; the transform masks the others whatever the cache holds.
+    #[inline(always)]
+    fn reads(&self, row: u64, col: u64) -> bool {
+        self.visible::<N>(row, col) > 0
+    }
+
     #[inline(always)]
     unsafe fn transform(&self, x: [f32; N], row: u64, col: u64) -> [f32; N] {
         self.mask(x, self.visible::<N>(row, col))

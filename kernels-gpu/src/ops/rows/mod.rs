@@ -686,10 +686,14 @@ impl<C: Scalar, const P: usize> RowCache<C, P> {
         let row = at.row;
         let slice = self.slice.in_row(at);
         match load.source() {
-            // cp.async moves 4, 8 or 16 bytes; a source's pack is one access.
+            // cp.async moves 4, 8 or 16 bytes; a source's pack is one access. A pack the load
+            // does not read is not copied; its group is committed empty, so each pack's copies
+            // stay a group of their own.
             Some(view) if Self::ACCESS >= 4 => block_packs::<P>(slice, |local, col| {
-                // SAFETY: the pack is inside the row and the cache, aligned to its size.
-                unsafe { copy_async(self.at(local, 0), view.at(row, col), Self::ACCESS) };
+                if load.reads(row, col) {
+                    // SAFETY: the pack is inside the row and the cache, aligned to its size.
+                    unsafe { copy_async(self.at(local, 0), view.at(row, col), Self::ACCESS) };
+                }
                 commit_async_copies();
             }),
             // Single 8- or 16-bit elements: copied through registers, still untransformed.
@@ -750,8 +754,10 @@ impl<C: Scalar, const P: usize> RowCache<C, P> {
     pub(crate) unsafe fn prefetch<L: Load<P, Exact = C>>(&self, load: &L, at: BlockRow, local: u64) {
         if let (Some(view), Some((next, head))) = (load.source(), self.prefetched_row(load, at)) {
             let col = Slice { head, ..self.slice }.col::<P>(local);
-            // SAFETY: the pack is inside the row and the cache, aligned to its size.
-            unsafe { copy_async(self.at(local, 0), view.at(next, col), Self::ACCESS) };
+            if load.reads(next, col) {
+                // SAFETY: the pack is inside the row and the cache, aligned to its size.
+                unsafe { copy_async(self.at(local, 0), view.at(next, col), Self::ACCESS) };
+            }
             commit_async_copies();
         }
     }
