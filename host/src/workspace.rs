@@ -15,7 +15,7 @@ pub(crate) struct Workspace {
 
 impl Workspace {
     /// `len` uninitialized f32s, usable by work queued on `stream` after this call.
-    pub(crate) fn new(stream: &Stream, len: usize) -> Result<Workspace> {
+    fn new(stream: &Stream, len: usize) -> Result<Workspace> {
         let Some(bytes) = len.checked_mul(size_of::<f32>()) else {
             invalid!("a workspace of {len} f32s does not fit the address space");
         };
@@ -27,12 +27,17 @@ impl Workspace {
         Ok(Workspace { address, stream: stream.as_raw() })
     }
 
-    pub(crate) fn address(&self) -> u64 {
-        self.address
+    /// Runs `work` on `len` f32s of scratch at the address it is given, then frees them once
+    /// the work `work` queued on `stream` has run: `work`'s result, or the free's error.
+    pub(crate) fn scoped<R>(stream: &Stream, len: usize, work: impl FnOnce(u64) -> Result<R>) -> Result<R> {
+        let workspace = Workspace::new(stream, len)?;
+        let done = work(workspace.address);
+        workspace.free()?;
+        done
     }
 
     /// Frees the memory once the work queued before this call has run.
-    pub(crate) fn free(self) -> Result<()> {
+    fn free(self) -> Result<()> {
         let workspace = ManuallyDrop::new(self);
         workspace.release().during("cuMemFreeAsync")
     }
@@ -48,7 +53,8 @@ impl Workspace {
 }
 
 impl Drop for Workspace {
-    /// On an early return: freed all the same; a failure there leaves nothing to undo.
+    /// Where `scoped`'s work unwinds: freed all the same; a failure there leaves nothing
+    /// to undo.
     fn drop(&mut self) {
         self.release();
     }

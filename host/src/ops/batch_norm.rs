@@ -390,20 +390,19 @@ unsafe fn sums_then(
         LaunchConfig { grid: tiles * chunks as u32, block, shared_bytes, cluster: 1 }
     };
     let floats = 2 * (args.parts * args.groups) as usize * channels + BATCH_NORM_COEFFICIENTS * channels;
+    let finalize_config = finalize_launch(args.channels, args.parts * args.groups, device);
     // SAFETY: the sums write every part the finalize reads, and the finalize every
     // coefficient the apply pass reads, in stream order.
-    let workspace = Workspace::new(stream, floats)?;
-    args.partial = workspace.address();
-    args.coefficients = args.partial + (size_of::<f32>() as u64) * 2 * args.parts * args.groups * args.channels;
-    let finalize_config = finalize_launch(args.channels, args.parts * args.groups, device);
-    // SAFETY: the caller's promise; the workspace holds the parts and the coefficients.
-    let launched = unsafe {
-        launch(stream, sums_kernel, sums_config, &args)
-            .and_then(|()| launch(stream, kernel(stream, finalize, dtype, 1)?, finalize_config, &args))
-            .and_then(|()| then(&args))
-    };
-    workspace.free()?;
-    launched
+    Workspace::scoped(stream, floats, |workspace| {
+        args.partial = workspace;
+        args.coefficients = args.partial + (size_of::<f32>() as u64) * 2 * args.parts * args.groups * args.channels;
+        // SAFETY: the caller's promise; the workspace holds the parts and the coefficients.
+        unsafe {
+            launch(stream, sums_kernel, sums_config, &args)
+                .and_then(|()| launch(stream, kernel(stream, finalize, dtype, 1)?, finalize_config, &args))
+                .and_then(|()| then(&args))
+        }
+    })
 }
 
 /// Runs the forward. Training needs more than one value per channel, or none (an empty
@@ -509,16 +508,13 @@ pub fn forward<T: Element>(stream: &Stream, options: Options, call: Forward<'_, 
     } else {
         let mut args = args;
         // The finalize reads the running statistics where there are no parts.
-        // SAFETY: as above.
-        unsafe {
-            let workspace = Workspace::new(stream, BATCH_NORM_COEFFICIENTS * channels)?;
-            args.coefficients = workspace.address();
-            let config = finalize_launch(channels as u64, 0, stream.gpu().info());
-            let launched = launch(stream, kernel(stream, Kind::FinalizeForward, dtype, 1)?, config, &args)
-                .and_then(|()| run_apply(&args));
-            workspace.free()?;
-            launched
-        }
+        let config = finalize_launch(channels as u64, 0, stream.gpu().info());
+        Workspace::scoped(stream, BATCH_NORM_COEFFICIENTS * channels, |coefficients| {
+            args.coefficients = coefficients;
+            // SAFETY: as above.
+            unsafe { launch(stream, kernel(stream, Kind::FinalizeForward, dtype, 1)?, config, &args) }
+                .and_then(|()| run_apply(&args))
+        })
     }
 }
 

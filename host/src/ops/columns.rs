@@ -48,9 +48,6 @@ pub(crate) unsafe fn sum_columns<A: ColumnSumArgs>(
 ) -> Result<()> {
     let device = stream.gpu().info();
     let (rows_per_chunk, chunks) = chunking(rows, cols, pack, device);
-    // SAFETY: stage 1 writes every partial sum stage 2 reads, before it on the same stream.
-    let partial = Workspace::new(stream, 2 * chunks as usize * cols)?;
-    args.set_chunking(rows_per_chunk, chunks, partial.address());
     let tiles = cols.div_ceil(column_sum_tile_cols(pack)) as u32;
     let chunks_config = LaunchConfig {
         grid: tiles * chunks as u32,
@@ -58,13 +55,17 @@ pub(crate) unsafe fn sum_columns<A: ColumnSumArgs>(
         shared_bytes: column_sum_shared_bytes(pack),
         cluster: 1,
     };
-    // SAFETY: the caller's promise for the arrays; the workspace holds 2 x chunks x cols; the
-    // grid is tiles x chunks blocks of the warps stage 1 expects, with its shared memory.
-    let launched = unsafe {
-        launch(stream, chunks_kernel, chunks_config, &args).and_then(|()| sum_chunks(stream, totals_kernel, args, cols))
-    };
-    partial.free()?;
-    launched
+    // SAFETY: stage 1 writes every partial sum stage 2 reads, before it on the same stream.
+    Workspace::scoped(stream, 2 * chunks as usize * cols, |partial| {
+        args.set_chunking(rows_per_chunk, chunks, partial);
+        // SAFETY: the caller's promise for the arrays; the workspace holds 2 x chunks x cols;
+        // the grid is tiles x chunks blocks of the warps stage 1 expects, with its shared
+        // memory.
+        unsafe {
+            launch(stream, chunks_kernel, chunks_config, &args)
+                .and_then(|()| sum_chunks(stream, totals_kernel, args, cols))
+        }
+    })
 }
 
 /// Stage 2 (`chunk_totals`) alone: each of `cols` columns' chunk sums added in a fixed

@@ -642,15 +642,13 @@ impl Norm {
         }
         // A partial row per block of the grid, each column's sums then added in block order.
         let chunks = prepared.plan.grid as u64;
-        let partial = Workspace::new(stream, sums as usize * chunks as usize * cols)?;
-        prepared.args.partial = partial.address();
-        let grad_args = NormParamGradArgs { chunks, partial: partial.address(), ..grad_args };
-        // SAFETY: the row kernel writes a row of `sums x cols` f32 per block of its grid
-        // into `partial` before the totals read them, on the same stream.
-        let launched =
-            prepared.launch().and_then(|plan| unsafe { chunk_totals::<G>(stream, op, grad_args) }.map(|()| plan));
-        partial.free()?;
-        launched
+        Workspace::scoped(stream, sums as usize * chunks as usize * cols, |partial| {
+            prepared.args.partial = partial;
+            let grad_args = NormParamGradArgs { chunks, partial, ..grad_args };
+            // SAFETY: the row kernel writes a row of `sums x cols` f32 per block of its grid
+            // into `partial` before the totals read them, on the same stream.
+            prepared.launch().and_then(|plan| unsafe { chunk_totals::<G>(stream, op, grad_args) }.map(|()| plan))
+        })
     }
 }
 
@@ -682,28 +680,26 @@ fn launch_reading_copies<G: Element>(stream: &Stream, op: &str, mut prepared: Pr
     let cols = prepared.args.shape.cols;
     let (copies, stride) = (prepared.plan.pack, column_copy_stride(cols) as usize);
     let copy_bytes = copies * stride * size_of::<G>();
-    let scratch = Workspace::new(stream, (vectors * copy_bytes).div_ceil(size_of::<f32>()))?;
-    let args =
-        ColumnCopyArgs { sources, output: scratch.address(), cols, copies: copies as u32, vectors: vectors as u32 };
-    let mut next = scratch.address();
-    for vector in [&mut prepared.args.gamma, &mut prepared.args.beta] {
-        if *vector != 0 {
-            (*vector, next) = (next, next + copy_bytes as u64);
-        }
-    }
     let config = LaunchConfig {
         grid: stride.div_ceil(COLUMN_COPY_BLOCK_SIZE as usize) as u32,
         block: COLUMN_COPY_BLOCK_SIZE,
         shared_bytes: 0,
         cluster: 1,
     };
-    // SAFETY: the kernel takes ColumnCopyArgs; the op checked each vector to hold `cols`
-    // elements of `G`, and the scratch holds every copy of each, 16-byte aligned (the pool
-    // aligns allocations, and a copy's bytes are a multiple of 16); the row kernel then
-    // reads the copies on the same stream.
-    let launched = unsafe { launch(stream, kernel, config, &args) }.and_then(|()| prepared.launch());
-    scratch.free()?;
-    launched
+    Workspace::scoped(stream, (vectors * copy_bytes).div_ceil(size_of::<f32>()), |scratch| {
+        let args = ColumnCopyArgs { sources, output: scratch, cols, copies: copies as u32, vectors: vectors as u32 };
+        let mut next = scratch;
+        for vector in [&mut prepared.args.gamma, &mut prepared.args.beta] {
+            if *vector != 0 {
+                (*vector, next) = (next, next + copy_bytes as u64);
+            }
+        }
+        // SAFETY: the kernel takes ColumnCopyArgs; the op checked each vector to hold `cols`
+        // elements of `G`, and the scratch holds every copy of each, 16-byte aligned (the pool
+        // aligns allocations, and a copy's bytes are a multiple of 16); the row kernel then
+        // reads the copies on the same stream.
+        unsafe { launch(stream, kernel, config, &args) }.and_then(|()| prepared.launch())
+    })
 }
 
 /// The per-column kernel `key` (parameter gradients, shifted copies); `Unsupported` naming

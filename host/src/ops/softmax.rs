@@ -205,15 +205,13 @@ impl Softmax {
             prepared.args.period = mask_rows as u64;
             return prepared.launch();
         }
-        let scratch = Workspace::new(stream, (tiled_bytes + PACK_BYTES).div_ceil(size_of::<f32>()))?;
-        let tiled = scratch.address() + x.address() % PACK_BYTES as u64;
-        // SAFETY: the mask holds `mask_bytes`; the scratch holds `tiled_bytes` from `tiled`.
-        let launched = unsafe { tile(stream, mask.address(), mask_bytes, tiled, tiles) }.and_then(|()| {
+        Workspace::scoped(stream, (tiled_bytes + PACK_BYTES).div_ceil(size_of::<f32>()), |scratch| {
+            let tiled = scratch + x.address() % PACK_BYTES as u64;
+            // SAFETY: the mask holds `mask_bytes`; the scratch holds `tiled_bytes` from `tiled`.
+            unsafe { tile(stream, mask.address(), mask_bytes, tiled, tiles) }?;
             prepared.args.second = tiled;
             prepared.launch()
-        });
-        scratch.free()?;
-        launched
+        })
     }
 
     /// `y = softmax(x * scale)` with a causal mask over the last two axes: query `i` (the
