@@ -206,6 +206,10 @@ impl RowArgs for RowShape {
 /// default `ignore_index`.
 pub const CROSS_ENTROPY_IGNORE_INDEX: i64 = -100;
 
+/// The most rows a masked softmax takes: a row finds its mask row in 32 bits (a 64-bit
+/// remainder cost its 32-element warp tier the registers of one block an SM in five).
+pub const MASKED_MAX_ROWS: u64 = u32::MAX as u64;
+
 /// Parameters of a user's fused row kernel (`fused_softmax!`, `fused_norm!`), passed by
 /// value: the op's own parameters as rill's kernels take them (the view the host planned for
 /// the softmax; [`NormArgs`] for the norms), and the user's own `#[repr(C)]` parameters
@@ -279,7 +283,8 @@ pub struct SoftmaxArgs {
     /// f32 per row: the loss (cross entropy) or logsumexp (written), or the loss gradient
     /// (cross entropy backward, read).
     pub row_values: u64,
-    /// Rows of the mask, broadcast over `rows` (scale_mask); query length (causal).
+    /// Rows of the mask, broadcast over `rows` (scale_mask, whose rows are at most
+    /// [`MASKED_MAX_ROWS`]); query length (causal).
     pub period: u64,
     pub scale: f32,
     /// 1 for log-softmax.

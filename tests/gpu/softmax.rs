@@ -558,6 +558,15 @@ fn bad_input(suite: &mut Suite) {
         let (x, mask, mut y) = (make(&[6, 8])?, make(&[4, 8])?, make(&[6, 8])?);
         rill::softmax::scaled_masked_softmax(&s.stream, &x, &mask, 1.0, &mut y).map(|_| ())
     });
+    suite.rejects("softmax/errors/mask-over-max-rows", |s| {
+        // 2^32 rows of one bf16 element: 8 GiB each for x and y, real memory, refused
+        // before any launch.
+        let rows = rill::softmax::MASKED_MAX_ROWS as usize + 1;
+        let x = Tensor::<bf16>::zeros(&s.gpu, &[rows, 1])?;
+        let mask = Tensor::<bf16>::zeros(&s.gpu, &[1, 1])?;
+        let mut y = Tensor::<bf16>::zeros(&s.gpu, &[rows, 1])?;
+        rill::softmax::scaled_masked_softmax(&s.stream, &x, &mask, 1.0, &mut y).map(|_| ())
+    });
     suite.rejects("softmax/errors/forced-warp-too-wide", |s| {
         let (x, mut y) = (make(&[2, 4096])?, make(&[2, 4096])?);
         Softmax::forced(PathKind::Warp).forward(&s.stream, &x, &mut y, false).map(|_| ())

@@ -16,6 +16,7 @@ use crate::error::{DriverContext, Result, invalid};
 use crate::ops::{Span, check_disjoint};
 use crate::tensor::{AsView, AsViewMut, Element, View};
 use crate::workspace::Workspace;
+pub use rill_kernels_gpu::abi::MASKED_MAX_ROWS;
 use rill_kernels_gpu::abi::{PACK_BYTES, SOFTMAX_BACKWARD_HELD_PACKS, SoftmaxArgs};
 use rill_kernels_gpu::table::SoftmaxKind;
 
@@ -140,7 +141,7 @@ impl Softmax {
 
     /// `y = softmax(x * scale + mask)`; `mask` has the last dimension of `x` and a number
     /// of rows dividing its rows (e.g. `[seq_q, seq_k]` for `x` of `[batch, heads, seq_q,
-    /// seq_k]`), broadcast over the rest.
+    /// seq_k]`), broadcast over the rest. At most [`MASKED_MAX_ROWS`] rows (2^32 - 1).
     ///
     /// Where the mask's rows start at other offsets from 16 bytes than the input rows that
     /// read them (a broadcast mask at an odd width), rows too wide for a warp first get the
@@ -160,6 +161,11 @@ impl Softmax {
         let mut call = self.call(stream, op, SoftmaxKind::ScaleMask, &x)?;
         same_shape(op, "the output", y.shape(), x.shape())?;
         let (rows, cols) = (call.problem.rows, call.problem.cols);
+        if rows as u64 > MASKED_MAX_ROWS {
+            invalid!(
+                "`{op}`: the input has {rows} rows; it takes at most {MASKED_MAX_ROWS} (a row finds its mask row in 32 bits): split the rows over several calls"
+            );
+        }
         let (mask_rows, mask_cols) = rows_cols(op, mask.shape())?;
         if mask_cols != cols || rows % mask_rows != 0 {
             invalid!(

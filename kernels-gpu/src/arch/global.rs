@@ -102,13 +102,24 @@ vector_store!(
     reg64
 );
 
-/// Starts reading the line holding `addr` into L1 (`prefetch.L1`), so a read of it a little
-/// later hits there. A hint: nothing comes back and nothing waits for it.
+/// Starts reading the line holding `base[index]` into L1 (`prefetch.L1`), so a read of it a
+/// little later hits there. A hint: nothing comes back and nothing waits for it. The address
+/// is computed inside the instruction's block: computed outside, it is the same value the
+/// later read uses, and the register allocator then keeps it (and more) live in between
+/// (cross entropy's backward on the 32-element warp tier: 114 registers against 96).
 ///
 /// # Safety
-/// `addr` must be a generic address inside an allocation of global memory.
+/// `base` must point into an allocation of global memory holding `base[index]`.
 #[inline(always)]
-pub unsafe fn prefetch_l1(addr: u64) {
+pub unsafe fn prefetch_l1_element<T>(base: *const T, index: u64) {
     // SAFETY: forwarded to the caller; the instruction writes nothing.
-    unsafe { asm!("prefetch.L1 [{p}];", p = in(reg64) addr, options(readonly, nostack)) }
+    unsafe {
+        asm!(
+            "{{ .reg .b64 %a; mad.lo.u64 %a, {i}, {size}, {b}; prefetch.L1 [%a]; }}",
+            i = in(reg64) index,
+            b = in(reg64) base as u64,
+            size = const core::mem::size_of::<T>(),
+            options(readonly, nostack)
+        )
+    }
 }

@@ -21,7 +21,7 @@ use crate::reduce::{MAX_WORDS, Max, Reduce, Sum, Words};
 use crate::scalar::Scalar;
 use crate::table::RowPath;
 use crate::unroll::{unroll, unrolled_array};
-use core::num::NonZeroU64;
+use core::num::{NonZeroU32, NonZeroU64};
 
 /// Turns a row's max and sum of exponentials into outputs.
 #[derive(Clone, Copy)]
@@ -189,6 +189,12 @@ impl<V: RowValue> RowForward for Softmax<V> {
         unsafe { self.value.write(load, row, norm) }
     }
 
+    #[inline(always)]
+    unsafe fn prefetch_row(&self, row: u64) {
+        // SAFETY: forwarded.
+        unsafe { self.value.prefetch(row) }
+    }
+
     /// One read: max and sum at once, online.
     #[inline(always)]
     unsafe fn streamed_stats<R: RowSplit, const P: usize>(&self, split: &R, pass: &impl RowPass<P>) -> Normalize {
@@ -279,7 +285,8 @@ impl RowGradient<1> for Gradient {
 pub struct ScaleMaskLoad<T> {
     x: DirectLoad<T>,
     mask: DirectLoad<T>,
-    period: NonZeroU64,
+    /// The mask's rows; with the rows below 2^32 ([`crate::abi::MASKED_MAX_ROWS`]).
+    period: NonZeroU32,
     scale: f32,
 }
 
@@ -289,8 +296,9 @@ impl<T: Scalar, const N: usize> Load<N> for ScaleMaskLoad<T> {
 
     #[inline(always)]
     unsafe fn fetch(&self, row: u64, col: u64) -> Self::Fetched {
-        // SAFETY: forwarded; the mask has `period` rows of the same width.
-        unsafe { (self.x.fetch(row, col), self.mask.fetch(row % self.period, col)) }
+        // SAFETY: forwarded; the mask has `period` rows of the same width, and `row` fits in 32
+        // bits (the host checks the rows).
+        unsafe { (self.x.fetch(row, col), self.mask.fetch(u64::from(row as u32 % self.period), col)) }
     }
 
     #[inline(always)]
@@ -389,6 +397,13 @@ trait RowValue {
     /// # Safety
     /// `row` must be a row of the view `load` reads, whose per-row arrays this holds.
     unsafe fn write<L: LoadOne>(&self, load: &L, row: u64, norm: Normalize);
+
+    /// As [`RowForward::prefetch_row`]: nothing by default.
+    ///
+    /// # Safety
+    /// As [`RowValue::write`].
+    #[inline(always)]
+    unsafe fn prefetch(&self, _row: u64) {}
 }
 
 impl RowValue for () {
@@ -408,6 +423,12 @@ struct Loss {
 
 impl RowValue for Loss {
     const ELEMENTS: bool = false;
+
+    #[inline(always)]
+    unsafe fn prefetch(&self, row: u64) {
+        // SAFETY: the target holds one element per row.
+        unsafe { crate::arch::prefetch_l1_element(self.target, row) }
+    }
 
     #[inline(always)]
     unsafe fn write<L: LoadOne>(&self, load: &L, row: u64, norm: Normalize) {
@@ -471,8 +492,8 @@ impl<T: Scalar, const P: usize> RowOutput<P> for CrossEntropyGrad<T> {
     unsafe fn prefetch(&self, row: u64) {
         // SAFETY: target and dloss hold one element per row.
         unsafe {
-            crate::arch::prefetch_l1(self.target.add(row as usize) as u64);
-            crate::arch::prefetch_l1(self.dloss.add(row as usize) as u64);
+            crate::arch::prefetch_l1_element(self.target, row);
+            crate::arch::prefetch_l1_element(self.dloss, row);
         }
     }
 }
@@ -554,12 +575,13 @@ fn period(args: &SoftmaxArgs) -> NonZeroU64 {
 
 #[inline(always)]
 pub unsafe fn scale_mask<T: Scalar, const P: usize, const PATH: RowPath>(args: &SoftmaxArgs) {
-    // SAFETY: see `direct`; the mask has `period` rows.
+    // SAFETY: see `direct`; the mask has `period` rows, and the rows are at most
+    // `MASKED_MAX_ROWS` (the host checks).
     unsafe {
         let load = ScaleMaskLoad {
             x: direct::<T, PATH>(args.input, &args.shape).0,
             mask: direct::<T, PATH>(args.second, &args.shape).0,
-            period: period(args),
+            period: NonZeroU32::new(args.period as u32).unwrap_or(NonZeroU32::MIN),
             scale: args.scale,
         };
         let (_, store) = direct::<T, PATH>(args.output, &args.shape);

@@ -161,6 +161,16 @@ pub(crate) trait RowForward: Sized {
     /// `row` must be a row of the view `load` reads.
     unsafe fn write_row<L: LoadOne>(&self, load: &L, row: u64, stats: Self::Stats);
 
+    /// Starts reading what [`RowForward::write_row`] reads beside the row (cross entropy's
+    /// target) into L1 as the row's loads are issued, so that the read after the reductions
+    /// does not wait on DRAM. Every thread of the row calls it (a test for the one that
+    /// writes would cost the ops that read nothing). Nothing to read by default.
+    ///
+    /// # Safety
+    /// As [`RowForward::write_row`].
+    #[inline(always)]
+    unsafe fn prefetch_row(&self, _row: u64) {}
+
     /// The statistics of a row read once from global memory, over every thread of the
     /// blocks sharing the row.
     ///
@@ -372,13 +382,14 @@ where
         // SAFETY (block): loads and stores stay in range (warp_load, warp_store), and the whole
         // warp runs the same iterations.
         at.for_each_access(shape.rows, |first| unsafe {
-            if O::ELEMENTS {
-                unroll::<2>(|r| {
-                    if at.holds::<E>(r, first, shape.rows) {
+            unroll::<2>(|r| {
+                if at.holds::<E>(r, first, shape.rows) {
+                    op.prefetch_row(first + r as u64);
+                    if O::ELEMENTS {
                         outputs.prefetch(first + r as u64);
                     }
-                });
-            }
+                }
+            });
             let mut buf = warp_load::<L, P, E>(load, &at, first, shape, O::Center::IDENTITY);
             let center = if op.centers() {
                 warp_row_reduce::<O::Center, E>(|r, i| buf[r][i], at.width).map(|total| op.center(total))
@@ -472,6 +483,7 @@ where
         split.rows::<P, PHASED>(shape, |at| unsafe {
             let (row, slice) = (at.row, slice.in_row(at));
             let edge = split.edge::<P, PHASED>(shape, at).map(|col| (col, load.load_one(row, col)));
+            op.prefetch_row(row);
             if O::ELEMENTS {
                 outputs.prefetch(row);
             }
