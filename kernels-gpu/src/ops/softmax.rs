@@ -573,6 +573,13 @@ fn period(args: &SoftmaxArgs) -> NonZeroU64 {
     NonZeroU64::new(args.period).unwrap_or(NonZeroU64::MIN)
 }
 
+/// [`period`] in 32 bits, for the masked kind, whose rows (and so mask rows) the host keeps
+/// within [`crate::abi::MASKED_MAX_ROWS`].
+#[inline(always)]
+fn mask_period(args: &SoftmaxArgs) -> NonZeroU32 {
+    NonZeroU32::new(args.period as u32).unwrap_or(NonZeroU32::MIN)
+}
+
 #[inline(always)]
 pub unsafe fn scale_mask<T: Scalar, const P: usize, const PATH: RowPath>(args: &SoftmaxArgs) {
     // SAFETY: see `direct`; the mask has `period` rows, and the rows are at most
@@ -581,7 +588,7 @@ pub unsafe fn scale_mask<T: Scalar, const P: usize, const PATH: RowPath>(args: &
         let load = ScaleMaskLoad {
             x: direct::<T, PATH>(args.input, &args.shape).0,
             mask: direct::<T, PATH>(args.second, &args.shape).0,
-            period: NonZeroU32::new(args.period as u32).unwrap_or(NonZeroU32::MIN),
+            period: mask_period(args),
             scale: args.scale,
         };
         let (_, store) = direct::<T, PATH>(args.output, &args.shape);

@@ -176,7 +176,13 @@ impl Problem {
     /// A block path's plan: in the block paths' pack, rows run from their heads where that
     /// is wider than every row allows.
     fn block_plan(&self, path: Path, grid: u32) -> Plan {
-        Plan { path, pack: self.block_pack, phased: self.block_pack > self.pack, grid }
+        Plan { path, pack: self.block_pack, phased: self.block_phased(), grid }
+    }
+
+    /// Whether the block paths run rows from their heads: their pack is wider than every
+    /// row allows.
+    fn block_phased(&self) -> bool {
+        self.block_pack > self.pack
     }
 }
 
@@ -391,7 +397,7 @@ const UNCACHED_PHASED_16_BIT_MAX_BLOCK: u32 = 512;
 /// The largest block the kernel allows (more threads per row, more loads in flight), up to
 /// [`UNCACHED_PHASED_16_BIT_MAX_BLOCK`] for 16-bit rows run from their heads.
 fn uncached_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
-    let phased_16_bit = problem.block_pack > problem.pack && problem.block_pack == 8;
+    let phased_16_bit = problem.block_phased() && problem.block_pack == 8;
     let most =
         if phased_16_bit { problem.block_limit.min(UNCACHED_PHASED_16_BIT_MAX_BLOCK) } else { problem.block_limit };
     let block = BLOCK_SIZES.into_iter().rev().find(|&b| b <= most).unwrap_or(BLOCK_SIZES[0]);
