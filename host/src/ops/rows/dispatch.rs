@@ -262,13 +262,33 @@ fn prefers_cluster(problem: &Problem, plan: &Plan, resident: u32) -> bool {
     problem.passes_read_columns && plan.phased && resident == 1
 }
 
+/// Fewest columns of a row read in packs (more than one element) that the warp path gives
+/// the 16-element tier rather than the 8-element one: from there a row spans at least 4
+/// lanes of 16. A lane then holds two packs of one row, not one pack of each of two rows,
+/// so a warp's shuffles reduce its two lane groups' rows at once (4 levels at 256 columns
+/// against 5 levels for each row), and each lane reads one row's per-row values (saved
+/// statistics, a target) instead of two. Measured on the H100 (49152 rows, 16-bit, % of
+/// copy): at 256 columns `layer_norm_backward` 87.7 -> 101.8, `cross_entropy` 67.8 -> 81.1,
+/// `layer_norm` 88.8 -> 92.1, the masked and causal kinds 91 -> 96-103; at 64-200 columns 4-6
+/// points on average over the softmax family and the norms. Below 64 columns (1-3 lanes) and
+/// at packs of 1 (a lane's 16 elements loaded one by one) the 8-element tier stays ahead.
+pub const WARP16_MIN_PACKED_COLS: usize = 64;
+
 fn warp_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
     let cols = problem.cols.max(1) as u32;
-    let elements = RowPath::WARP
+    let narrowest = RowPath::WARP
         .into_iter()
         .map(|path| path.warp_elements() as u32)
         .find(|&e| cols <= 32 * e)
         .unwrap_or(RowPath::Warp32.warp_elements() as u32);
+    let elements = if narrowest == RowPath::Warp8.warp_elements() as u32
+        && problem.pack > 1
+        && problem.cols >= WARP16_MIN_PACKED_COLS
+    {
+        RowPath::Warp16.warp_elements() as u32
+    } else {
+        narrowest
+    };
     let width = cols.div_ceil(elements).next_power_of_two().min(32);
     let rows_per_access = rows_per_access(elements as usize);
     let threads = (problem.rows as u64).div_ceil(rows_per_access) * width as u64;
@@ -475,7 +495,7 @@ mod tests {
     }
 
     #[test]
-    fn warp_covers_the_row_with_two_rows_per_access_in_the_8_element_tier() {
+    fn warp_covers_the_row_in_lane_groups_of_the_tier_it_takes() {
         let device = h100();
         for cols in [1, 2, 3, 31, 32, 33, 127, 1000, 1024] {
             let p = plan(&problem(10, cols, 1), &device, OCCUPANCY).unwrap();
@@ -483,9 +503,20 @@ mod tests {
             assert!((width * elements) as usize >= cols, "{cols}: {p:?}");
             assert!(width.is_power_of_two() && width <= 32);
         }
-        // 256 columns: 32 lanes of 8 elements, two rows an access; 512: one row of 16 a lane.
-        let p = plan(&problem(49152, 256, 8), &device, OCCUPANCY).unwrap();
-        assert_eq!((p.path, p.grid), (Path::Warp { width: 32, elements: 8 }, 49152 / 2 * 32 / 128));
+        // 32 columns in packs: 4 lanes of 8 elements, two rows an access. 64-256 columns in
+        // packs: lane groups of 16 elements (256: 16 lanes, two rows a warp); in single
+        // elements, the 8-element tier. 512: one row of 16 a lane.
+        let p = plan(&problem(49152, 32, 8), &device, OCCUPANCY).unwrap();
+        assert_eq!((p.path, p.grid), (Path::Warp { width: 4, elements: 8 }, 49152 / 2 * 4 / 128));
+        for cols in [64, 128, 200, 256] {
+            let p = plan(&problem(49152, cols, 8), &device, OCCUPANCY).unwrap();
+            let width = (cols as u32).div_ceil(16).next_power_of_two();
+            assert_eq!((p.path, p.grid), (Path::Warp { width, elements: 16 }, 49152 * width / 128), "{cols}");
+        }
+        let p = plan(&problem(49152, 100, 1), &device, OCCUPANCY).unwrap();
+        assert_eq!(p.path, Path::Warp { width: 16, elements: 8 });
+        let p = plan(&problem(49152, 256, 4), &device, OCCUPANCY).unwrap();
+        assert_eq!(p.path, Path::Warp { width: 16, elements: 16 });
         let p = plan(&problem(49152, 512, 8), &device, OCCUPANCY).unwrap();
         assert_eq!((p.path, p.grid), (Path::Warp { width: 32, elements: 16 }, 49152 * 32 / 128));
         // 768: the 24-element tier, no empty fourth pack a lane.
