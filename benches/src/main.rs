@@ -2,7 +2,7 @@
 //! copy measured in the same process, and a profile of a transformer block's ops.
 //!
 //! ```text
-//! rill-bench [--quick] [--filter TEXT,..] [--dtype f32|f16|bf16] [--cols W,W,..] [--peers [--python PATH]] [--json PATH] [--plot-dir DIR] [--perf PATH] [--profile]
+//! rill-bench [--quick] [--filter TEXT,..] [--dtype f32|f16|bf16] [--cols W,W,..] [--rows N] [--peers [--python PATH]] [--json PATH] [--plot-dir DIR] [--perf PATH] [--profile]
 //! rill-bench --from-json PATH [--device TEXT] [--plot-dir DIR] [--perf PATH]
 //! ```
 //! - elementwise ops over lengths 2^16..2^28, the softmax family over the seed articles'
@@ -14,7 +14,8 @@
 //!   Add + ReLU (forward, backward, both) and the mask-based ReLU backward at ResNet's
 //!   shapes (see `batch_norm.rs`); a user's fused kernel (int8 dequantize + softmax, see
 //!   `fused.rs`) against the unfused chain; `--quick` a one-minute subset,
-//!   `--filter` ops or families by name (any of several texts), `--dtype` one dtype, `--cols` some row widths;
+//!   `--filter` ops or families by name (any of several texts), `--dtype` one dtype,
+//!   `--cols` some row widths (widths outside the sweep too), `--rows` the row ops' rows;
 //! - the table on stdout (op, dtype, shape, path, time, GB/s, % of copy), progress on
 //!   stderr, the records as JSON (`--json`, default target/bench/bench.json), one SVG plot
 //!   per op (`--plot-dir`), and the tables spliced into a Markdown file between
@@ -72,6 +73,9 @@ struct Options {
     /// Only shapes of these row widths.
     #[arg(long, value_name = "W,W,..", value_delimiter = ',', value_parser = width, action = clap::ArgAction::Set)]
     cols: Option<Vec<usize>>,
+    /// Run the row ops at this many rows instead of the sweep's.
+    #[arg(long, value_name = "N")]
+    rows: Option<usize>,
     /// Run the sweep's softmax-family and norm rows on this path (a shape it does not take
     /// is an error), instead of the dispatcher's choice.
     #[arg(long, value_parser = path_kind)]
@@ -151,6 +155,7 @@ fn run(gpu: Gpu, options: &Options) -> Result<(), Box<dyn Error>> {
     println!("device: {device}");
     let mut bench = Bench::new(gpu, options.quick, options.filter.clone(), options.cols.clone())?;
     bench.force = options.path;
+    bench.rows = options.rows;
     if options.profile {
         profile::run(&mut bench)?;
         return Ok(());
@@ -243,12 +248,24 @@ mod tests {
 
     #[test]
     fn takes_every_flag() {
-        let args = ["--quick", "--profile", "--filter", "soft", "--dtype", "bf16", "--cols", "768, 1024", "--bench"];
+        let args = [
+            "--quick",
+            "--profile",
+            "--filter",
+            "soft",
+            "--dtype",
+            "bf16",
+            "--cols",
+            "768, 1024",
+            "--rows",
+            "4096",
+            "--bench",
+        ];
         let options = parse(&args).unwrap();
         assert!(options.quick && options.profile && !options.peers);
         assert_eq!(options.python, "python3");
         assert_eq!((options.filter, options.dtype.as_deref()), (Some(vec!["soft".to_string()]), Some("bf16")));
-        assert_eq!(options.cols, Some(vec![768, 1024]));
+        assert_eq!((options.cols, options.rows), (Some(vec![768, 1024]), Some(4096)));
         assert_eq!(
             (options.json.to_str(), options.device.as_str()),
             (Some("target/bench/bench.json"), "an unnamed GPU")

@@ -16,6 +16,8 @@ pub struct Bench {
     pub filter: Option<Vec<String>>,
     /// Only shapes with these row widths (`--cols`).
     pub cols: Option<Vec<usize>>,
+    /// The rows of every row op's shape (`--rows`), instead of the sweep's.
+    pub rows: Option<usize>,
     /// The row path the softmax family and the norms run on (`--path`); the dispatcher's
     /// choice where `None`.
     pub force: Option<PathKind>,
@@ -27,7 +29,7 @@ pub struct Bench {
 impl Bench {
     pub fn new(gpu: Gpu, quick: bool, filter: Option<Vec<String>>, cols: Option<Vec<usize>>) -> rill::Result<Bench> {
         let stream = gpu.stream()?;
-        Ok(Bench { gpu, stream, quick, filter, cols, force: None, records: Vec::new(), done: 0, total: 0 })
+        Ok(Bench { gpu, stream, quick, filter, cols, rows: None, force: None, records: Vec::new(), done: 0, total: 0 })
     }
 
     /// The softmax family's ops on `--path`, if given.
@@ -42,11 +44,13 @@ impl Bench {
 
     /// The `(rows, cols)` shapes of the row ops' sweep that `keep` and `--cols` (if given)
     /// accept: the softmax family's (49152 rows of 32 to 32768 columns, 768 and 1000; 4096 rows
-    /// of 32001 and 50257 to 262144), with `--quick` 49152 rows of 1024 and 8192.
+    /// of 32001 and 50257 to 262144), with `--quick` 49152 rows of 1024 and 8192. A `--cols`
+    /// width outside the sweep joins it at the rows of the sweep's widths of its size, and
+    /// `--rows` replaces every shape's rows.
     pub fn row_shapes(&self, keep: impl Fn(usize, usize) -> bool) -> Vec<(usize, usize)> {
-        let all = if self.quick { vec![(49152, 1024), (49152, 8192)] } else { softmax_bench_shapes() };
-        let wanted = |cols: &usize| self.cols.as_ref().is_none_or(|wanted| wanted.contains(cols));
-        all.into_iter().filter(|&(rows, cols)| keep(rows, cols) && wanted(&cols)).collect()
+        let sweep = if self.quick { vec![(49152, 1024), (49152, 8192)] } else { softmax_bench_shapes() };
+        let shapes = chosen_shapes(sweep, self.cols.as_deref(), self.rows);
+        shapes.into_iter().filter(|&(rows, cols)| keep(rows, cols)).collect()
     }
 
     /// Whether the filter (if any) selects op `name` of `family`.
@@ -134,5 +138,36 @@ impl Bench {
         self.done += 1;
         eprint!("\r[{:>4}/{:>4}] {op} {dtype} {shape:?}                    ", self.done, self.total.max(self.done));
         gbps
+    }
+}
+
+/// The `(rows, cols)` shapes of `sweep` whose widths `cols` names (all without it), widths
+/// it names outside the sweep added at the sweep's rows for their size (4096 past 32768
+/// columns, else 49152), every shape at `rows` where given.
+fn chosen_shapes(mut sweep: Vec<(usize, usize)>, cols: Option<&[usize]>, rows: Option<usize>) -> Vec<(usize, usize)> {
+    if let Some(wanted) = cols {
+        for &width in wanted {
+            if sweep.iter().all(|&(_, swept)| swept != width) {
+                sweep.push((if width > 32768 { 4096 } else { 49152 }, width));
+            }
+        }
+        sweep.retain(|(_, width)| wanted.contains(width));
+    }
+    sweep.into_iter().map(|(swept, width)| (rows.unwrap_or(swept), width)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chosen_shapes;
+
+    #[test]
+    fn shapes_follow_the_widths_and_rows_asked_for() {
+        let sweep = vec![(49152, 256), (49152, 1024), (4096, 50257)];
+        assert_eq!(chosen_shapes(sweep.clone(), None, None), sweep);
+        assert_eq!(
+            chosen_shapes(sweep.clone(), Some(&[1024, 50256, 100]), None),
+            [(49152, 1024), (4096, 50256), (49152, 100)]
+        );
+        assert_eq!(chosen_shapes(sweep, Some(&[50257]), Some(16384)), [(16384, 50257)]);
     }
 }
