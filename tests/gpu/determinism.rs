@@ -95,13 +95,15 @@ fn compare(first: &Ran, second: &Ran) -> Measured {
 // ---------------------------------------------------------------------------------------------
 
 /// Row-wise shapes `(rows, cols)`, the offset of every array, and which paths they run on:
-/// each warp tier on the dispatcher's path (8 elements a lane and two rows an access, 16,
-/// 24, 32; the norm backward gives 700 and 1000 columns the shared path); an odd width one
-/// element past 16 bytes, rows run from their heads, on every path the planner takes, with
-/// enough rows that each forced cluster works through several (prefetching the next); and
-/// rows of 2^17 columns, past an H100's shared memory: the cluster path, and uncached.
-const ROW_SHAPES: [((usize, usize), usize, Option<Forced>); 6] = [
+/// each warp tier on the dispatcher's path (8 elements a lane and two rows an access, 16 in
+/// lane groups of 8 and of 32, 24, 32; the norm backward gives 700 and 1000 columns the
+/// shared path); an odd width one element past 16 bytes, rows run from their heads, on every
+/// path the planner takes, with enough rows that each forced cluster works through several
+/// (prefetching the next); and rows of 2^17 columns, past an H100's shared memory: the
+/// cluster path, and uncached.
+const ROW_SHAPES: [((usize, usize), usize, Option<Forced>); 7] = [
     ((256, 33), 0, None),
+    ((256, 128), 0, None),
     ((256, 500), 0, None),
     ((256, 700), 0, None),
     ((256, 1000), 0, None),
