@@ -44,9 +44,8 @@ impl Bench {
 
     /// The `(rows, cols)` shapes of the row ops' sweep that `keep` and `--cols` (if given)
     /// accept: the softmax family's (49152 rows of 32 to 32768 columns, 768 and 1000; 4096 rows
-    /// of 32001 and 50257 to 262144), with `--quick` 49152 rows of 1024 and 8192. A `--cols`
-    /// width outside the sweep joins it at the rows of the sweep's widths of its size, and
-    /// `--rows` replaces every shape's rows.
+    /// of 32001 and 50257 to 262144), with `--quick` 49152 rows of 1024 and 8192; see
+    /// [`chosen_shapes`] for widths outside the sweep and `--rows`.
     pub fn row_shapes(&self, keep: impl Fn(usize, usize) -> bool) -> Vec<(usize, usize)> {
         let sweep = if self.quick { vec![(49152, 1024), (49152, 8192)] } else { softmax_bench_shapes() };
         let shapes = chosen_shapes(sweep, self.cols.as_deref(), self.rows);
