@@ -267,6 +267,57 @@ pub struct FusedFacts {
     pub transforms: u32,
 }
 
+/// Division by a number fixed for a launch without a division instruction: the host finds
+/// a multiplier and a shift once ([`Divisor::new`]), and the kernels take `n / divisor` as
+/// `(mulhi(n, magic) + n) >> shift` (Granlund and Montgomery's round-up method), exact for
+/// every `n` below 2^63. The causal kind finds a row's query position so; as `row % queries`
+/// it was a `rem` (20 to 70 instructions) the shared kernel ran for every pack, inside its
+/// loops over the row.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Divisor {
+    pub divisor: u64,
+    /// `ceil(2^(64 + shift) / divisor) - 2^64`.
+    pub magic: u64,
+    /// `ceil(log2(divisor))`.
+    pub shift: u32,
+    pub reserved: u32,
+}
+
+impl Divisor {
+    /// Division by `divisor`, taken into `1..=2^63` (row counts are far below; 0 would
+    /// divide by nothing, so 1 stands in).
+    #[cfg(not(target_arch = "nvptx64"))]
+    pub fn new(divisor: u64) -> Divisor {
+        let divisor = divisor.clamp(1, 1 << 63);
+        let shift = u64::BITS - (divisor - 1).leading_zeros();
+        // With 2^(shift - 1) < divisor <= 2^shift, 2^(64 + shift) / divisor lies in
+        // [2^64, 2^65): its excess over 2^64 fits the 64 bits.
+        let magic = ((1u128 << (64 + shift)).div_ceil(divisor as u128) - (1 << 64)) as u64;
+        Divisor { divisor, magic, shift, reserved: 0 }
+    }
+
+    /// `n / divisor`, for `n` below 2^63 (where `mulhi(n, magic) + n` cannot overflow).
+    #[inline(always)]
+    pub fn quotient(self, n: u64) -> u64 {
+        let high = ((n as u128 * self.magic as u128) >> 64) as u64;
+        (high + n) >> self.shift
+    }
+
+    /// `n % divisor`, for `n` below 2^63.
+    #[inline(always)]
+    pub fn remainder(self, n: u64) -> u64 {
+        n - self.quotient(n) * self.divisor
+    }
+}
+
+impl Default for Divisor {
+    /// Division by 1.
+    fn default() -> Divisor {
+        Divisor { divisor: 1, magic: 0, shift: 0, reserved: 0 }
+    }
+}
+
 /// Parameters of every softmax-family kernel, passed by value.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -285,7 +336,7 @@ pub struct SoftmaxArgs {
     pub row_values: u64,
     /// Rows of the mask, broadcast over `rows` (scale_mask, whose rows are at most
     /// [`MASKED_MAX_ROWS`]); query length (causal).
-    pub period: u64,
+    pub period: Divisor,
     pub scale: f32,
     /// 1 for log-softmax.
     pub log: u32,

@@ -210,8 +210,10 @@ pub trait Load<const N: usize> {
     }
 
     /// Whether the values of the pack at `(row, col)` depend on what [`Load::source`] holds
-    /// there: a causal mask's packs wholly past the query's last key are `-inf` whatever the
-    /// view holds, so a cache need not copy them. Every pack by default.
+    /// there; `false` only where every value of the pack is `-inf` whatever the view holds
+    /// (a causal mask's packs wholly past the query's last key). A cache need not copy such
+    /// a pack, and softmax skips its work (it adds nothing to the row's max and sum, and its
+    /// outputs are the row's output for `-inf`). Every pack by default.
     #[inline(always)]
     fn reads(&self, _row: u64, _col: u64) -> bool {
         true

@@ -3,6 +3,7 @@
 
 use rill::elementwise::ElementwiseOp;
 use rill::{KernelKey, Module};
+use rill_kernels_gpu::abi::Divisor;
 use rill_kernels_gpu::functor::*;
 use rill_tests::random::Rng;
 use rill_tests::reference::ELEMENTWISE_OPS;
@@ -55,6 +56,31 @@ fn functor_math_is_accurate_in_the_far_tails() {
             assert!(err < 1e-5 || want.abs() < 1e-30, "{} at {x}: got {got:e}, want {want:e}", op.name);
         }
     }
+}
+
+#[test]
+fn launch_divisors_divide_exactly() {
+    let mut rng = Rng::new(rill_tests::random::run_seed());
+    let edges = [1, 2, 3, 5, 7, 1000, 4096, 50257, (1 << 31) - 1, 1 << 31, (1 << 32) - 1, 1 << 32, (1 << 32) + 1];
+    let wide = [(1 << 62) + 3, (1 << 63) - 1, 1 << 63];
+    let mut divisors: Vec<u64> = edges.iter().chain(&wide).copied().collect();
+    // Divisors of every magnitude: a random bit width, then random bits below it.
+    divisors.extend((0..2000).map(|_| {
+        let bits = rng.next_u64() % 63 + 1;
+        (rng.next_u64() >> (64 - bits)).max(1)
+    }));
+    for d in divisors {
+        let divisor = Divisor::new(d);
+        let mut numerators = vec![0, 1, d - 1, d, d + 1, (1 << 63) - 1, (1 << 63) - 2];
+        numerators.extend((2..4).filter_map(|k: u64| k.checked_mul(d)).flat_map(|m| [m - 1, m]));
+        numerators.extend((0..200).map(|_| rng.next_u64() >> (1 + rng.next_u64() % 63)));
+        for n in numerators.into_iter().filter(|&n| n < 1 << 63) {
+            assert_eq!(divisor.quotient(n), n / d, "{n} / {d}");
+            assert_eq!(divisor.remainder(n), n % d, "{n} % {d}");
+        }
+    }
+    assert_eq!(Divisor::new(0), Divisor::new(1), "0 stands in as 1");
+    assert_eq!(Divisor::default(), Divisor::new(1));
 }
 
 /// The body of kernel `symbol` in `ptx`.
@@ -126,6 +152,11 @@ fn softmax_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
         assert!(!body.contains("call"), "{name}: calls a function (a panic path?)");
         assert!(body.contains("shfl.sync.bfly.b32"), "{name}: no butterfly shuffle");
         assert!(!body.contains("div.rn.f32") && !body.contains("div.full"), "{name}: IEEE division");
+        // The masked kind's `row % mask_rows`, in 32 bits, is computed before each loop over a
+        // row's packs; the causal kind divides by an `abi::Divisor`.
+        let wide_division = ["div.u", "div.s", "rem.u64", "rem.s"].iter().any(|op| body.contains(op));
+        assert!(!wide_division, "{name}: 64-bit or signed integer division");
+        assert!(name.contains("_scale_mask_") || !body.contains("rem.u32"), "{name}: integer division");
         let widest_pack = !name.ends_with("_p1");
         // Scale and mask computes what it caches; the others copy rows to shared memory.
         let plain = !name.contains("_scale_mask_");

@@ -17,7 +17,7 @@ use crate::ops::{Span, check_disjoint};
 use crate::tensor::{AsView, AsViewMut, Element, View};
 use crate::workspace::Workspace;
 pub use rill_kernels_gpu::abi::MASKED_MAX_ROWS;
-use rill_kernels_gpu::abi::{PACK_BYTES, SOFTMAX_BACKWARD_HELD_PACKS, SoftmaxArgs};
+use rill_kernels_gpu::abi::{Divisor, PACK_BYTES, SOFTMAX_BACKWARD_HELD_PACKS, SoftmaxArgs};
 use rill_kernels_gpu::table::SoftmaxKind;
 
 /// The most of the input's bytes a tiled mask may take ([`Softmax::scale_mask`]): one
@@ -175,7 +175,7 @@ impl Softmax {
         }
         call.args.second = mask.address();
         call.args.output = y.address();
-        call.args.period = mask_rows as u64;
+        call.args.period = Divisor::new(mask_rows as u64);
         call.args.scale = scale;
         // The shared path caches x * scale + mask, computed in f32 and staged through
         // registers.
@@ -201,14 +201,14 @@ impl Softmax {
         // in one phase, with x standing in for the tiles' address.
         call.arrays.extend([(x.address(), size), (y.address(), size)]);
         call.phased = true;
-        call.args.period = (mask_rows * tiles) as u64;
+        call.args.period = Divisor::new((mask_rows * tiles) as u64);
         let mut prepared = call.prepare()?;
         if !prepared.launches() {
             return Ok(prepared.plan);
         }
         if !prepared.plan.phased && prepared.plan.pack == 1 {
             // Element by element, any mask address will do.
-            prepared.args.period = mask_rows as u64;
+            prepared.args.period = Divisor::new(mask_rows as u64);
             return prepared.launch();
         }
         Workspace::scoped(stream, (tiled_bytes + PACK_BYTES).div_ceil(size_of::<f32>()), |scratch| {
@@ -239,7 +239,7 @@ impl Softmax {
         };
         call.arrays.push((y.address(), size_of::<T>()));
         call.args.output = y.address();
-        call.args.period = queries as u64;
+        call.args.period = Divisor::new(queries as u64);
         call.args.scale = scale;
         input_and_output_disjoint(op, &x, &y)?;
         call.run()

@@ -10,7 +10,7 @@
 use super::rows::RowSplit;
 use super::rows::backward::{BackwardRows, NoGather, RowGradient};
 use super::rows::forward::{Accumulate, CachedPass, ForwardRows, NoElements, RowForward, RowOutput, RowPass, two_pass};
-use crate::abi::{CROSS_ENTROPY_IGNORE_INDEX, RowShape, SOFTMAX_BACKWARD_HELD_PACKS, SoftmaxArgs};
+use crate::abi::{CROSS_ENTROPY_IGNORE_INDEX, Divisor, RowShape, SOFTMAX_BACKWARD_HELD_PACKS, SoftmaxArgs};
 use crate::arch::wait_async_copies;
 use crate::arch::{ex2, fma, lg2, rcp};
 use crate::math::{LN_2, LOG2_E, exp};
@@ -21,7 +21,7 @@ use crate::reduce::{MAX_WORDS, Max, Reduce, Sum, Words};
 use crate::scalar::Scalar;
 use crate::table::RowPath;
 use crate::unroll::{unroll, unrolled_array};
-use core::num::{NonZeroU32, NonZeroU64};
+use core::num::NonZeroU32;
 
 /// Turns a row's max and sum of exponentials into outputs.
 #[derive(Clone, Copy)]
@@ -148,6 +148,8 @@ impl<V: RowValue> RowForward for Softmax<V> {
     /// `e^(-inf - max)` is 0 already.
     const MASKS_PADDING: bool = false;
     const ELEMENTS: bool = V::ELEMENTS;
+    /// A `-inf` adds nothing to the max and the sum.
+    const SKIPS_MASKED: bool = true;
 
     #[inline(always)]
     fn center(&self, max: f32) -> f32 {
@@ -312,7 +314,7 @@ impl<T: Scalar, const N: usize> Load<N> for ScaleMaskLoad<T> {
 /// PyTorch's `is_causal`), `-inf` elsewhere.
 pub struct CausalLoad<T> {
     x: DirectLoad<T>,
-    period: NonZeroU64,
+    period: Divisor,
     scale: f32,
 }
 
@@ -320,7 +322,11 @@ impl<T: Scalar> CausalLoad<T> {
     /// How many of the pack at `col` the query of `row` sees (0 to `N`).
     #[inline(always)]
     fn visible<const N: usize>(&self, row: u64, col: u64) -> u32 {
-        let last = row % self.period;
+        let last = self.period.remainder(row);
+        // SAFETY: the host builds the divisor with `Divisor::new`, whose remainders are below
+        // it. Told so, the compiler compares the column with `last` alone where only whether
+        // the pack is seen matters (the fetch), as it did with the `%` operator.
+        unsafe { core::hint::assert_unchecked(last < self.period.divisor) };
         if col > last { 0 } else { (last - col + 1).min(N as u64) as u32 }
     }
 
@@ -567,17 +573,14 @@ fn elements(args: &SoftmaxArgs) -> Softmax<()> {
     Softmax { log: args.log != 0, value: () }
 }
 
-/// `args.period` as a divisor (the host never passes 0; 1 stands in if it did).
-#[inline(always)]
-fn period(args: &SoftmaxArgs) -> NonZeroU64 {
-    NonZeroU64::new(args.period).unwrap_or(NonZeroU64::MIN)
-}
-
-/// [`period`] in 32 bits, for the masked kind, whose rows (and so mask rows) the host keeps
-/// within [`crate::abi::MASKED_MAX_ROWS`].
+/// The mask's rows as a 32-bit divisor (the host never passes 0; 1 stands in if it did):
+/// the masked kind keeps its rows within [`crate::abi::MASKED_MAX_ROWS`]. A `%`, not the
+/// causal kind's [`Divisor`]: the compiler computes it before each loop over the row's
+/// packs, where the divisor's quotient, computed once a row, held registers across the row
+/// (the uncached kernels 7-15 more, one block of 512 threads an SM where two fitted).
 #[inline(always)]
 fn mask_period(args: &SoftmaxArgs) -> NonZeroU32 {
-    NonZeroU32::new(args.period as u32).unwrap_or(NonZeroU32::MIN)
+    NonZeroU32::new(args.period.divisor as u32).unwrap_or(NonZeroU32::MIN)
 }
 
 #[inline(always)]
@@ -602,7 +605,7 @@ pub unsafe fn causal<T: Scalar, const P: usize, const PATH: RowPath>(args: &Soft
     // SAFETY: see `direct`.
     unsafe {
         let load =
-            CausalLoad { x: direct::<T, PATH>(args.input, &args.shape).0, period: period(args), scale: args.scale };
+            CausalLoad { x: direct::<T, PATH>(args.input, &args.shape).0, period: args.period, scale: args.scale };
         let (_, store) = direct::<T, PATH>(args.output, &args.shape);
         ForwardRows::<_, _, _, P> { op: &elements(args), load: &load, outputs: &store, shape: &args.shape }
             .run::<PATH>();

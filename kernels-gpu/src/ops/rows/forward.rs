@@ -103,6 +103,11 @@ pub(crate) trait RowForward: Sized {
     const MASKS_PADDING: bool;
     /// Whether the outputs are the row's elements; otherwise only per-row values.
     const ELEMENTS: bool;
+    /// Whether an element that is `-inf` whatever the view holds (in a pack the load does
+    /// not read, [`Load::reads`]) leaves the row's statistics as they are and has the same
+    /// output wherever it is in the row (softmax: `e^-inf` is 0): the cached paths then
+    /// neither read nor compute such packs, and store that output.
+    const SKIPS_MASKED: bool = false;
 
     /// Whether the row has a center to reduce (RMSNorm's is 0).
     #[inline(always)]
@@ -223,9 +228,18 @@ pub(crate) struct CachedPass<'a, L: Load<P>, const P: usize> {
     at: BlockRow,
     slice: Slice,
     edge: Option<f32>,
+    /// Whether packs the load does not read are left out ([`RowForward::SKIPS_MASKED`]).
+    skips_masked: bool,
 }
 
 impl<L: Load<P>, const P: usize> CachedPass<'_, L, P> {
+    /// Whether pack `local` counts: every pack, but those the load does not read where the
+    /// op skips them.
+    #[inline(always)]
+    fn counts(&self, local: u64) -> bool {
+        !self.skips_masked || self.load.reads(self.at.row, self.slice.col::<P>(local))
+    }
+
     /// Whether the cache copies the row (`cp.async`), so its packs land one by one.
     #[cfg(feature = "softmax")]
     #[inline(always)]
@@ -240,8 +254,12 @@ impl<L: Load<P>, const P: usize> CachedPass<'_, L, P> {
     #[cfg(feature = "softmax")]
     #[inline(always)]
     pub(crate) unsafe fn landed(&self, acc: &mut impl Accumulate) {
-        // SAFETY: this thread filled the pack, and waited for it.
-        self.cache.landed_packs(|local| acc.add(unsafe { self.cache.read(self.load, self.at, local) }));
+        self.cache.landed_packs(|local| {
+            if self.counts(local) {
+                // SAFETY: this thread filled the pack, and waited for it.
+                acc.add(unsafe { self.cache.read(self.load, self.at, local) })
+            }
+        });
     }
 }
 
@@ -253,8 +271,12 @@ impl<L: Load<P>, const P: usize> RowPass<P> for CachedPass<'_, L, P> {
 
     #[inline(always)]
     unsafe fn packs(&self, acc: &mut impl Accumulate) {
-        // SAFETY: this thread filled the pack (the caller waited for its copies).
-        block_packs::<P>(self.slice, |local, _| acc.add(unsafe { self.cache.read(self.load, self.at, local) }));
+        block_packs::<P>(self.slice, |local, _| {
+            if self.counts(local) {
+                // SAFETY: this thread filled the pack (the caller waited for its copies).
+                acc.add(unsafe { self.cache.read(self.load, self.at, local) })
+            }
+        });
     }
 }
 
@@ -451,17 +473,24 @@ where
             let edge = split.edge::<P, PHASED>(shape, at).map(|col| (col, load.load_one(row, col)));
             let store = outputs.row(row);
             cache.fill(load, at);
-            let stats = op.cached_stats(split, &CachedPass { cache: &cache, load, at, slice, edge: edge.map(|e| e.1) });
+            let pass =
+                CachedPass { cache: &cache, load, at, slice, edge: edge.map(|e| e.1), skips_masked: O::SKIPS_MASKED };
+            let stats = op.cached_stats(split, &pass);
             if thread_idx_x() == 0 && split.leads() {
                 op.write_row(load, row, stats);
             }
             if let Some((col, x)) = edge {
                 store.store_one(output_one(op, stats, x, col), row, col);
             }
+            // Column 0 stands for any: such an op's output does not depend on the column.
+            let masked = O::SKIPS_MASKED.then(|| output_one(op, stats, f32::NEG_INFINITY, 0));
             let output = |local, col, params| {
                 let params = op.prepare(params);
-                let v = cache.read(load, at, local);
-                store.store(op.output(stats, v, false, params), row, col);
+                let values = match masked {
+                    Some(masked) if !load.reads(row, col) => [masked; P],
+                    _ => op.output(stats, cache.read(load, at, local), false, params),
+                };
+                store.store(values, row, col);
                 cache.prefetch(load, at, local);
             };
             let fetch = |col| op.fetch_params::<P>(col);
