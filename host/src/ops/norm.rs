@@ -574,7 +574,7 @@ impl Norm {
             row.args.gamma = column(op, "the weight", weight, cols)?;
             row.columns.push((row.args.gamma, size_of::<G>()));
             // dy is scaled by the weight on every read of its cache.
-            row.problem.passes_read_columns = true;
+            row.problem.passes_column_bytes = size_of::<G>() as u32;
         }
         // Rows run from their heads where x, dy and dx share an offset (odd widths): the
         // phased kernels read the weight from shifted copies.

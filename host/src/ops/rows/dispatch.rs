@@ -23,8 +23,14 @@ pub const MAX_COLS: usize = i32::MAX as usize;
 /// Widest row the warp path takes: 32 lanes of the largest register tier.
 pub const WARP_MAX_COLS: usize = 32 * RowPath::Warp32.warp_elements();
 
-/// Block sizes the block paths choose among.
-pub const BLOCK_SIZES: [u32; 4] = [128, 256, 512, 1024];
+/// Block sizes the block paths choose among. 384 lets a kernel of 41-56 registers keep three
+/// 64 KB blocks an SM at 12 warps each, where blocks of 512 would keep two (see
+/// [`shared_plan`]); 768 lost where it would have been chosen (f32 causal softmax at 4096x32001
+/// and 50257, 1-3 points of copy).
+pub const BLOCK_SIZES: [u32; 5] = [128, 256, 384, 512, 1024];
+
+/// Shared memory the driver reserves for itself in every block (sm_80 and later).
+pub const RESERVED_SHARED_BYTES: u32 = 1024;
 
 /// An implementation, with its shape parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -164,11 +170,13 @@ pub struct Problem {
     /// shared path keeps the most threads resident rather than the most rows (see
     /// [`shared_plan`]).
     pub cache_transformed: bool,
-    /// Whether the passes over a cached row also read per-column data from global memory
-    /// (a norm backward's weight): on rows run from their heads those come from L2 (their
-    /// shifted copies), and with one block an SM nothing overlaps their latency, so a
-    /// cluster splits the row over blocks that share SMs (see [`prefers_cluster`]).
-    pub passes_read_columns: bool,
+    /// Bytes a column of the per-column data that the passes over a cached row also read
+    /// from global memory (a norm backward's weight; 0 for none): on rows run from their
+    /// heads those come from L2 (their shifted copies), and with one block an SM nothing
+    /// overlaps their latency, so a cluster splits the row over blocks that share SMs (see
+    /// [`prefers_cluster`]), as many as L1 holds their column data for (see
+    /// [`column_reading_block`]).
+    pub passes_column_bytes: u32,
     pub force: Option<PathKind>,
 }
 
@@ -254,12 +262,12 @@ fn prefers_streaming(problem: &Problem, plan: &Plan, resident: u32) -> bool {
 }
 
 /// Whether a shared-path `plan` whose passes read per-column data
-/// ([`Problem::passes_read_columns`]), `resident` blocks an SM, loses to a cluster: one
+/// ([`Problem::passes_column_bytes`]), `resident` blocks an SM, loses to a cluster: one
 /// block an SM, on rows run from their heads. Measured on the H100 (16-bit norm backward,
 /// 4096 rows): at 32001 columns the shared path (one block of 128 KB an SM) ran at 66-67%
 /// of copy, a cluster of two 64 KB blocks at 75%; at 50257, 78% against 81%.
 fn prefers_cluster(problem: &Problem, plan: &Plan, resident: u32) -> bool {
-    problem.passes_read_columns && plan.phased && resident == 1
+    problem.passes_column_bytes > 0 && plan.phased && resident == 1
 }
 
 /// Fewest columns of a row read in packs (more than one element) that the warp path gives
@@ -400,6 +408,9 @@ fn cluster_plan(
             }
             let resident = occupancy(cluster, block, bytes as u32)?;
             if resident > 0 {
+                let slice = Slice { cluster, block, bytes, resident };
+                let Slice { block, bytes, resident, .. } =
+                    column_reading_block(problem, device, occupancy, slice, slice_bytes(cluster, block / 2))?;
                 let clusters = (problem.rows as u64).min(resident as u64 * CLUSTER_WAVES as u64).max(1);
                 let path = Path::Cluster { cluster, block, shared_bytes: bytes as u32 };
                 return Ok(Some(problem.block_plan(path, (clusters * cluster as u64) as u32)));
@@ -407,6 +418,48 @@ fn cluster_plan(
         }
     }
     Ok(None)
+}
+
+/// A cluster plan's blocks: `cluster` of `block` threads, `bytes` of shared memory each,
+/// `resident` clusters at once.
+#[derive(Clone, Copy)]
+struct Slice {
+    cluster: u32,
+    block: u32,
+    bytes: u64,
+    resident: u32,
+}
+
+/// The cluster's blocks where the passes read per-column data
+/// ([`Problem::passes_column_bytes`]): blocks of half the threads (`half_bytes` each) where
+/// they keep as many threads resident, so twice the blocks share an SM and one block's
+/// passes over the column data overlap another's loads, while L1 still holds the column
+/// data those blocks read beside their caches; else `slice`. Measured on the H100 (16-bit
+/// norm backward, 4096 rows, clusters of two, 64 registers a thread): at 32001 columns two
+/// blocks of 512 an SM ran at 84% of copy, one of 1024 at 75%; at 50257, where two blocks'
+/// caches leave L1 27 KB for the 100 KB of weight they read, 79% against 82%. The softmax
+/// backward, whose passes read no column data, lost 1.5-3 points with the halved blocks.
+fn column_reading_block(
+    problem: &Problem,
+    device: &DeviceInfo,
+    occupancy: ClusterOccupancy<'_>,
+    slice: Slice,
+    half_bytes: u64,
+) -> crate::Result<Slice> {
+    let half = slice.block / 2;
+    if problem.passes_column_bytes == 0 || !BLOCK_SIZES.contains(&half) {
+        return Ok(slice);
+    }
+    let resident = occupancy(slice.cluster, half, half_bytes as u32)?;
+    let halved = Slice { block: half, bytes: half_bytes, resident, ..slice };
+    let threads = |s: Slice| s.resident as u64 * s.cluster as u64 * s.block as u64;
+    let per_sm = (resident as u64 * slice.cluster as u64).div_ceil(device.multiprocessors.max(1) as u64);
+    let caches = per_sm * (half_bytes + (CLUSTER_STATIC_SHARED_BYTES + RESERVED_SHARED_BYTES) as u64);
+    let pack = problem.block_pack.max(1) as u64;
+    let slice_cols = (problem.cols as u64 / pack).div_ceil(slice.cluster as u64) * pack;
+    let columns = per_sm * slice_cols * problem.passes_column_bytes as u64;
+    let l1 = (device.max_shared_bytes_per_multiprocessor as u64).saturating_sub(caches);
+    Ok(if threads(halved) >= threads(slice) && columns <= l1 { halved } else { slice })
 }
 
 /// A row read once: a block of the fewest threads per row, so each SM holds as many rows as
@@ -453,7 +506,7 @@ mod tests {
             reads_once: false,
             cache_staged: false,
             cache_transformed: false,
-            passes_read_columns: false,
+            passes_column_bytes: 0,
             force: None,
         }
     }
@@ -574,7 +627,7 @@ mod tests {
         let backward = |cols, pack, block_pack| Problem {
             cache_bytes_per_col: 4,
             block_pack,
-            passes_read_columns: true,
+            passes_column_bytes: 2,
             ..problem(4096, cols, pack)
         };
         // 32001 columns from each row's head: 128 KB, one block an SM; a cluster of two.
@@ -583,7 +636,7 @@ mod tests {
         assert!(p.phased);
         // Aligned rows, no per-column reads, or several blocks an SM: the shared path.
         assert_eq!(plan(&backward(32000, 8, 8), &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
-        let weightless = Problem { passes_read_columns: false, ..backward(32001, 1, 8) };
+        let weightless = Problem { passes_column_bytes: 0, ..backward(32001, 1, 8) };
         assert_eq!(plan(&weightless, &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
         assert_eq!(plan(&backward(8001, 1, 8), &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
     }
@@ -675,6 +728,53 @@ mod tests {
         // 128 KB rows: one block per SM at any size: take 1024 threads.
         let p = plan(&problem(4096, 32768, 4), &device, OCCUPANCY).unwrap();
         assert_eq!(p.block(), 1024);
+    }
+
+    /// Occupancy of a kernel of `registers` a thread (65536 an SM, allocated by the warp),
+    /// limited by shared memory as [`by_shared`].
+    fn by_registers(registers: u32) -> impl Fn(u32, u32) -> crate::Result<u32> {
+        move |block, bytes| Ok(by_shared(block, bytes)?.min(65536 / (block * registers)))
+    }
+
+    #[test]
+    fn blocks_of_384_keep_three_64_kb_rows_of_a_kernel_of_56_registers() {
+        let device = h100();
+        let shared = by_registers(56);
+        let occupancy = Occupancies { shared: &shared, cluster: &by_cluster };
+        // 16-bit rows of 32001 columns from their heads: 3 blocks an SM by shared memory;
+        // 3 of 384 threads fit 56 registers (64512 of 65536), 3 of 512 would not.
+        let phased = Problem { cache_bytes_per_col: 2, block_pack: 8, ..problem(4096, 32001, 1) };
+        assert_eq!(plan(&phased, &device, occupancy).unwrap().block(), 384);
+        // With 40 registers 3 blocks of 512 fit, and the largest is taken.
+        let shared = by_registers(40);
+        let occupancy = Occupancies { shared: &shared, cluster: &by_cluster };
+        assert_eq!(plan(&phased, &device, occupancy).unwrap().block(), 512);
+    }
+
+    #[test]
+    fn cluster_blocks_reading_columns_halve_while_l1_holds_what_they_read() {
+        let device = h100();
+        // A kernel of 64 registers: one block of 1024 an SM, two of 512.
+        let by_blocks = |block: u32, bytes: u32| by_registers(64)(block, bytes);
+        let cluster = |cluster: u32, block, bytes| Ok(132 * by_blocks(block, bytes)? / cluster);
+        let occupancy = Occupancies { shared: &by_blocks, cluster: &cluster };
+        let backward = |cols, column_bytes| Problem {
+            cache_bytes_per_col: 4,
+            block_pack: 8,
+            passes_column_bytes: column_bytes,
+            ..problem(4096, cols, 1)
+        };
+        // 32001 16-bit columns: two 64 KB slices an SM leave ~100 KB of L1 for 64 KB of weight.
+        let p = plan(&backward(32001, 2), &device, occupancy).unwrap();
+        assert_eq!(p.path, Path::Cluster { cluster: 2, block: 512, shared_bytes: 64000 });
+        // 50257: two 100 KB slices leave ~30 KB for 100 KB of weight; an f32 weight at 32001
+        // reads 128 KB. One block of 1024 an SM.
+        let p = plan(&backward(50257, 2), &device, occupancy).unwrap();
+        assert_eq!(p.path, Path::Cluster { cluster: 2, block: 1024, shared_bytes: 100512 });
+        assert_eq!(plan(&backward(32001, 4), &device, occupancy).unwrap().block(), 1024);
+        // Passes that read no column data keep the largest block.
+        let softmax = Problem { force: Some(PathKind::Cluster), ..backward(32001, 0) };
+        assert_eq!(plan(&softmax, &device, occupancy).unwrap().block(), 1024);
     }
 
     #[test]

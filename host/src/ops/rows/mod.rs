@@ -10,7 +10,7 @@ use crate::fuse::FusedModule;
 use crate::launch::{LaunchConfig, Tally, active_clusters, count, launch};
 use crate::module::{Attributes, Kernel, KernelKey};
 use crate::tensor::{Element, View};
-use dispatch::{Occupancies, Problem, WARP_MAX_COLS, gathered_bytes_per_col, plan};
+use dispatch::{Occupancies, Problem, RESERVED_SHARED_BYTES, WARP_MAX_COLS, gathered_bytes_per_col, plan};
 pub use dispatch::{Path, PathKind, Plan};
 use rill_kernels_gpu::abi::DType;
 use rill_kernels_gpu::abi::{
@@ -183,7 +183,7 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             reads_once: false,
             cache_staged: false,
             cache_transformed: false,
-            passes_read_columns: false,
+            passes_column_bytes: 0,
             force,
         };
         RowCall {
@@ -374,9 +374,6 @@ fn shared_phase(arrays: &[(u64, usize)], widest: usize) -> Option<u32> {
         && arrays.iter().all(|&(address, b)| b == bytes && address % PACK_BYTES as u64 == phase);
     shared.then_some((phase / bytes as u64) as u32)
 }
-
-/// Shared memory the driver reserves for itself in every block (sm_80 and later).
-const RESERVED_SHARED_BYTES: u32 = 1024;
 
 /// The shared-memory carveout (percent of the SM's `capacity`) leaving `column_bytes` of
 /// L1 (all of it shared memory where nothing needs L1), unless the resident blocks need
