@@ -153,6 +153,7 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
         let bytes = size_of::<T>();
         let mut call = RowCall::over(stream, op, kernels, (rows, cols), max_pack(bytes, bytes), args, force, launch);
         call.problem.cache_bytes_per_col = bytes as u32;
+        call.problem.row_bytes_per_col = bytes as u32;
         call.arrays.push((x.address(), bytes));
         Ok(call)
     }
@@ -181,6 +182,7 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             cluster_held_packs: 0,
             warp_max_cols: WARP_MAX_COLS,
             reads_once: false,
+            row_bytes_per_col: 0,
             cache_staged: false,
             cache_transformed: false,
             passes_column_bytes: 0,
