@@ -179,7 +179,7 @@ pub struct Problem {
     /// heads those come from L2 (their shifted copies), and with one block an SM nothing
     /// overlaps their latency, so a cluster splits the row over blocks that share SMs (see
     /// [`prefers_cluster`]), as many as L1 holds their column data for (see
-    /// [`column_reading_block`]).
+    /// [`column_reading_blocks`]).
     pub passes_column_bytes: u32,
     pub force: Option<PathKind>,
 }
@@ -426,9 +426,13 @@ fn cluster_plan(
             }
             let resident = occupancy(cluster, block, bytes as u32)?;
             if resident > 0 {
-                let slice = Slice { cluster, block, bytes, resident };
-                let Slice { block, bytes, resident, .. } =
-                    column_reading_block(problem, device, occupancy, slice, slice_bytes(cluster, block / 2))?;
+                let largest = ClusterBlocks { cluster, block, bytes, resident };
+                let half_bytes = slice_bytes(cluster, block / 2);
+                let ClusterBlocks { block, bytes, resident, .. } = if half_bytes <= limit {
+                    column_reading_blocks(problem, device, occupancy, largest, half_bytes)?
+                } else {
+                    largest
+                };
                 let clusters = (problem.rows as u64).min(resident as u64 * CLUSTER_WAVES as u64).max(1);
                 let path = Path::Cluster { cluster, block, shared_bytes: bytes as u32 };
                 return Ok(Some(problem.block_plan(path, (clusters * cluster as u64) as u32)));
@@ -441,7 +445,7 @@ fn cluster_plan(
 /// A cluster plan's blocks: `cluster` of `block` threads, `bytes` of shared memory each,
 /// `resident` clusters at once.
 #[derive(Clone, Copy)]
-struct Slice {
+struct ClusterBlocks {
     cluster: u32,
     block: u32,
     bytes: u64,
@@ -452,32 +456,32 @@ struct Slice {
 /// ([`Problem::passes_column_bytes`]): blocks of half the threads (`half_bytes` each) where
 /// they keep as many threads resident, so twice the blocks share an SM and one block's
 /// passes over the column data overlap another's loads, while L1 still holds the column
-/// data those blocks read beside their caches; else `slice`. Measured on the H100 (16-bit
+/// data those blocks read beside their caches; else `largest`. Measured on the H100 (16-bit
 /// norm backward, 4096 rows, clusters of two, 64 registers a thread): at 32001 columns two
 /// blocks of 512 an SM ran at 84% of copy, one of 1024 at 75%; at 50257, where two blocks'
 /// caches leave L1 27 KB for the 100 KB of weight they read, 79% against 82%. The softmax
 /// backward, whose passes read no column data, lost 1.5-3 points with the halved blocks.
-fn column_reading_block(
+fn column_reading_blocks(
     problem: &Problem,
     device: &DeviceInfo,
     occupancy: ClusterOccupancy<'_>,
-    slice: Slice,
+    largest: ClusterBlocks,
     half_bytes: u64,
-) -> crate::Result<Slice> {
-    let half = slice.block / 2;
+) -> crate::Result<ClusterBlocks> {
+    let half = largest.block / 2;
     if problem.passes_column_bytes == 0 || !BLOCK_SIZES.contains(&half) {
-        return Ok(slice);
+        return Ok(largest);
     }
-    let resident = occupancy(slice.cluster, half, half_bytes as u32)?;
-    let halved = Slice { block: half, bytes: half_bytes, resident, ..slice };
-    let threads = |s: Slice| s.resident as u64 * s.cluster as u64 * s.block as u64;
-    let per_sm = (resident as u64 * slice.cluster as u64).div_ceil(device.multiprocessors.max(1) as u64);
+    let resident = occupancy(largest.cluster, half, half_bytes as u32)?;
+    let halved = ClusterBlocks { block: half, bytes: half_bytes, resident, ..largest };
+    let threads = |b: ClusterBlocks| b.resident as u64 * b.cluster as u64 * b.block as u64;
+    let per_sm = (resident as u64 * largest.cluster as u64).div_ceil(device.multiprocessors.max(1) as u64);
     let caches = per_sm * (half_bytes + (CLUSTER_STATIC_SHARED_BYTES + RESERVED_SHARED_BYTES) as u64);
     let pack = problem.block_pack.max(1) as u64;
-    let slice_cols = (problem.cols as u64 / pack).div_ceil(slice.cluster as u64) * pack;
+    let slice_cols = (problem.cols as u64 / pack).div_ceil(largest.cluster as u64) * pack;
     let columns = per_sm * slice_cols * problem.passes_column_bytes as u64;
     let l1 = (device.max_shared_bytes_per_multiprocessor as u64).saturating_sub(caches);
-    Ok(if threads(halved) >= threads(slice) && columns <= l1 { halved } else { slice })
+    Ok(if threads(halved) >= threads(largest) && columns <= l1 { halved } else { largest })
 }
 
 /// A row read once: a block of the fewest threads per row, so each SM holds as many rows as
