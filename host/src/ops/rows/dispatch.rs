@@ -268,10 +268,10 @@ fn prefers_streaming(problem: &Problem, plan: &Plan, resident: u32) -> bool {
 
 /// Whether a staged cache ([`Problem::cache_staged`]) too wide for one block streams rather
 /// than take a cluster: where the rows the uncached path holds in flight (blocks of the
-/// largest size, two an SM on the H100) fit in L2, its second read of each row hits there, and a staged cluster
-/// cannot copy its next row while it writes the last. Measured on the H100 (scaled-masked
-/// softmax, 4096 rows of 65536): bf16 (34.6 MB in flight) 87% of copy streamed against 77%
-/// on the cluster; f32 (69 MB) 67% streamed against 89%.
+/// largest size, two an SM on the H100) fit in L2, its second read of each row hits there,
+/// and a staged cluster cannot copy its next row while it writes the last. Measured on the
+/// H100 (scaled-masked softmax, 4096 rows of 65536): bf16 (34.6 MB in flight) 87% of copy
+/// streamed against 77% on the cluster; f32 (69 MB) 67% streamed against 89%.
 fn streams_from_l2(problem: &Problem, device: &DeviceInfo) -> bool {
     let largest_block = BLOCK_SIZES[BLOCK_SIZES.len() - 1];
     let rows_in_flight = device.multiprocessors as u64 * (device.max_threads_per_multiprocessor / largest_block) as u64;
