@@ -398,8 +398,8 @@ pub const CLUSTER_WAVES: u32 = 8;
 
 /// The cluster path, on GPUs with clusters: the fewest blocks per row whose slices fit in
 /// shared memory (less what the kernel's threads hold in registers) and that the device can
-/// keep resident, each block as large as the kernel allows (more loads in flight).
-/// Measured on the H100: preferring slices small enough for two blocks per SM lifted the
+/// keep resident, each block as large as the kernel allows (more loads in flight) but where
+/// the passes read column data ([`column_reading_blocks`]). Measured on the H100: preferring slices small enough for two blocks per SM lifted the
 /// softmax backward at 131072 columns from 79% to 88% of copy before the prefetch above
 /// (which took it to 89% with one) but dropped the f32 norm backward at 32768 from 80% to
 /// 57%, so the fewest blocks it is.
@@ -799,7 +799,7 @@ mod tests {
     fn cluster_blocks_reading_columns_halve_while_l1_holds_what_they_read() {
         let device = h100();
         // A kernel of 64 registers: one block of 1024 an SM, two of 512.
-        let by_blocks = |block: u32, bytes: u32| by_registers(64)(block, bytes);
+        let by_blocks = by_registers(64);
         let cluster = |cluster: u32, block, bytes| Ok(132 * by_blocks(block, bytes)? / cluster);
         let occupancy = Occupancies { shared: &by_blocks, cluster: &cluster };
         let backward = |cols, column_bytes| Problem {
