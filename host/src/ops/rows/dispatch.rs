@@ -191,6 +191,12 @@ impl Problem {
         Plan { path, pack: self.block_pack, phased: self.block_phased(), grid }
     }
 
+    /// The packs of the block paths' pack in one block's slice of a row split over
+    /// `cluster` blocks (the last slice may hold fewer).
+    fn slice_packs(&self, cluster: u32) -> u64 {
+        (self.cols as u64 / self.block_pack.max(1) as u64).div_ceil(cluster as u64)
+    }
+
     /// Whether the block paths run rows from their heads: their pack is wider than every
     /// row allows.
     fn block_phased(&self) -> bool {
@@ -399,10 +405,11 @@ pub const CLUSTER_WAVES: u32 = 8;
 /// The cluster path, on GPUs with clusters: the fewest blocks per row whose slices fit in
 /// shared memory (less what the kernel's threads hold in registers) and that the device can
 /// keep resident, each block as large as the kernel allows (more loads in flight) but where
-/// the passes read column data ([`column_reading_blocks`]). Measured on the H100: preferring slices small enough for two blocks per SM lifted the
-/// softmax backward at 131072 columns from 79% to 88% of copy before the prefetch above
-/// (which took it to 89% with one) but dropped the f32 norm backward at 32768 from 80% to
-/// 57%, so the fewest blocks it is.
+/// the passes read column data ([`column_reading_blocks`]). Measured on the H100:
+/// preferring slices small enough for two blocks per SM lifted the softmax backward at
+/// 131072 columns from 79% to 88% of copy before the prefetch above (which took it to 89%
+/// with one) but dropped the f32 norm backward at 32768 from 80% to 57%, so the fewest
+/// blocks it is.
 fn cluster_plan(
     problem: &Problem,
     device: &DeviceInfo,
@@ -413,10 +420,9 @@ fn cluster_plan(
     }
     let limit = device.max_shared_bytes_per_block_optin.saturating_sub(CLUSTER_STATIC_SHARED_BYTES) as u64;
     let pack = problem.block_pack.max(1) as u64;
-    let packs = problem.cols as u64 / pack;
     let slice_bytes = |cluster: u32, block: u32| {
         let held = problem.cluster_held_packs as u64 * block as u64;
-        packs.div_ceil(cluster as u64).saturating_sub(held) * pack * problem.cache_bytes_per_col as u64
+        problem.slice_packs(cluster).saturating_sub(held) * pack * problem.cache_bytes_per_col as u64
     };
     for cluster in ROW_CLUSTER_SIZES {
         for block in BLOCK_SIZES.into_iter().rev().filter(|&b| b <= problem.block_limit) {
@@ -477,8 +483,7 @@ fn column_reading_blocks(
     let threads = |b: ClusterBlocks| b.resident as u64 * b.cluster as u64 * b.block as u64;
     let per_sm = (resident as u64 * largest.cluster as u64).div_ceil(device.multiprocessors.max(1) as u64);
     let caches = per_sm * (half_bytes + (CLUSTER_STATIC_SHARED_BYTES + RESERVED_SHARED_BYTES) as u64);
-    let pack = problem.block_pack.max(1) as u64;
-    let slice_cols = (problem.cols as u64 / pack).div_ceil(largest.cluster as u64) * pack;
+    let slice_cols = problem.slice_packs(largest.cluster) * problem.block_pack.max(1) as u64;
     let columns = per_sm * slice_cols * problem.passes_column_bytes as u64;
     let l1 = (device.max_shared_bytes_per_multiprocessor as u64).saturating_sub(caches);
     Ok(if threads(halved) >= threads(largest) && columns <= l1 { halved } else { largest })
