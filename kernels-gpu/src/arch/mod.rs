@@ -1,7 +1,8 @@
 //! Device intrinsics: the only module that touches `core::arch::nvptx` or inline PTX.
 //!
 //! One file per role, re-exported here so callers name `crate::arch::item` whatever the role:
-//! - `thread`: the thread's and block's indices and dimensions, the block barrier, `trap`;
+//! - `thread`: the thread's and block's indices and dimensions, the block barrier, `trap`,
+//!   and `pinned` (a value LLVM may not hoist out of the loop that computes it);
 //! - `warp`: lane ids and masks, shuffles, ballots;
 //! - `shared`: the block's static shared arrays (the cluster exchange included) and dynamic
 //!   shared memory, shared-window addresses, loads and stores;

@@ -42,3 +42,14 @@ pub fn trap() -> ! {
     // SAFETY: `trap` ends the thread; nothing after it runs.
     unsafe { nvptx::trap() }
 }
+
+/// `x`, through a register move LLVM may not move or merge: what is computed from it is
+/// computed again where it is used, rather than hoisted out of a loop and held in registers
+/// through every iteration.
+#[inline(always)]
+pub fn pinned(x: u32) -> u32 {
+    let y: u32;
+    // SAFETY: a register move; no memory is touched.
+    unsafe { core::arch::asm!("mov.b32 {y}, {x};", y = out(reg32) y, x = in(reg32) x, options(nomem, nostack)) };
+    y
+}

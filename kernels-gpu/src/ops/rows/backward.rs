@@ -427,9 +427,9 @@ where
         // launch sizes.
         unsafe {
             slab.clear::<C>();
-            at.for_each_access(shape.rows, |first| {
-                let a = warp_load::<LA, P, E>(load_a, &at, first, shape, 0.0);
-                let mut b = warp_load::<LB, P, E>(load_b, &at, first, shape, 0.0);
+            at.for_each_access(shape.rows, |at, first| {
+                let a = warp_load::<LA, P, E>(load_a, at, first, shape, 0.0);
+                let mut b = warp_load::<LB, P, E>(load_b, at, first, shape, 0.0);
                 if C::GATHERS {
                     // The access's rows share their columns: one read-modify-write of the
                     // sums a pack adds both rows' terms (measured: see docs/PERF.md).
@@ -460,11 +460,11 @@ where
                 });
                 warp_store::<S, _, P, E>(
                     store,
-                    &at,
+                    at,
                     first,
                     shape,
                     |_| (),
-                    |r, i, ()| unrolled_array(|j| G::apply(grad[r], a[r][i + j], b[r][i + j])),
+                    |r, i, _, ()| unrolled_array(|j| G::apply(grad[r], a[r][i + j], b[r][i + j])),
                 );
             });
             slab.finish(gather);

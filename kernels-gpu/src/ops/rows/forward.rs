@@ -403,7 +403,7 @@ where
         let at = WarpRows::new::<E>(shape);
         // SAFETY (block): loads and stores stay in range (warp_load, warp_store), and the whole
         // warp runs the same iterations.
-        at.for_each_access(shape.rows, |first| unsafe {
+        at.for_each_access(shape.rows, |at, first| unsafe {
             unroll::<2>(|r| {
                 if at.holds::<E>(r, first, shape.rows) {
                     op.prefetch_row(first + r as u64);
@@ -412,7 +412,7 @@ where
                     }
                 }
             });
-            let mut buf = warp_load::<L, P, E>(load, &at, first, shape, O::Center::IDENTITY);
+            let mut buf = warp_load::<L, P, E>(load, at, first, shape, O::Center::IDENTITY);
             let center = if op.centers() {
                 warp_row_reduce::<O::Center, E>(|r, i| buf[r][i], at.width).map(|total| op.center(total))
             } else {
@@ -444,12 +444,12 @@ where
             if O::ELEMENTS {
                 warp_store::<_, _, P, E>(
                     &EachPack(outputs),
-                    &at,
+                    at,
                     first,
                     shape,
                     |_| (),
-                    |r, i, ()| {
-                        let params = op.prepare(op.fetch_params::<P>(at.col::<P>(i)));
+                    |r, i, col, ()| {
+                        let params = op.prepare(op.fetch_params::<P>(col));
                         op.output(stats[r], unrolled_array(|j| buf[r][i + j]), true, params)
                     },
                 );

@@ -16,7 +16,7 @@ use crate::abi::{PACK_BYTES, RowShape, rows_per_access};
 use crate::arch::wait_async_groups_but;
 use crate::arch::{
     SharedAddr, WARP_SIZE, block_dim_x, block_idx_x, commit_async_copies, copy_async, grid_dim_x, load_global_nc,
-    load_shared, store_shared, thread_idx_x,
+    load_shared, pinned, store_shared, thread_idx_x,
 };
 #[cfg(feature = "cluster")]
 use crate::arch::{
@@ -112,11 +112,26 @@ impl WarpRows {
         self.col::<P>(i) < cols
     }
 
-    /// Calls `f(first)` for each access of this lane's group (rows `first` and, with two
-    /// rows per access, `first + 1`), the whole warp running the same iterations.
+    /// Calls `f(at, first)` for each access of this lane's group (rows `first` and, with two
+    /// rows per access, `first + 1`), the whole warp running the same iterations. `at` is
+    /// this place with its lane and width [`pinned`] in the iteration: a lane's columns do
+    /// not depend on the row, so LLVM would otherwise hoist every address and offset built
+    /// from them out of the loop, 64 bits each, live through every row (the 16-bit
+    /// 32-element norm forward: 94 registers against 64-72, 5 blocks of 128 an SM against
+    /// 7-8; measured in docs/PERF.md).
     #[inline(always)]
-    pub(crate) fn for_each_access(&self, rows: u64, mut f: impl FnMut(u64)) {
-        strided(self.warp_first, self.step, rows, |base| f(base + self.group_offset));
+    pub(crate) fn for_each_access(&self, rows: u64, mut f: impl FnMut(&WarpRows, u64)) {
+        strided(self.warp_first, self.step, rows, |base| f(&self.pinned(), base + self.group_offset));
+    }
+
+    /// This place with its lane and width [`pinned`] where it is called. [`warp_load`] and
+    /// [`warp_store`] each pin again, so the load pass's addresses are not held through the
+    /// reductions for the store pass; within a pass they are shared by its arrays. (Pinning
+    /// each column instead rebuilt it at every use, as pinned values are never merged: the
+    /// pack-1 softmax backward lost 7 points of copy.)
+    #[inline(always)]
+    fn pinned(&self) -> WarpRows {
+        WarpRows { width: pinned(self.width), lane: pinned(self.lane), ..*self }
     }
 
     /// Calls `f(r, i, row, col)` for every pack slot of this lane numbered in `packs`, in
@@ -263,6 +278,7 @@ pub(crate) unsafe fn warp_load<L: Load<P>, const P: usize, const E: usize>(
     args: &RowShape,
     fill: f32,
 ) -> [[f32; E]; 2] {
+    let at = &at.pinned();
     let group = const { fetch_group::<L::Fetched>(E) };
     let mut buf = [[fill; E]; 2];
     unroll::<E>(|start| {
@@ -286,7 +302,8 @@ pub(crate) unsafe fn warp_load<L: Load<P>, const P: usize, const E: usize>(
 
 /// Stores up to two rows through `store`, a group of packs at a time: `fetch(col)` for the
 /// group first (per-column data the outputs need, such as gamma; `()` for none), then
-/// `values(r, i, fetched)` gives the pack starting at element `i` of row `r` of the access.
+/// `values(r, i, col, fetched)` gives the pack starting at element `i` (column `col`) of row
+/// `r` of the access.
 #[inline(always)]
 pub(crate) unsafe fn warp_store<S: Store<P>, V: Copy, const P: usize, const E: usize>(
     store: &S,
@@ -294,8 +311,9 @@ pub(crate) unsafe fn warp_store<S: Store<P>, V: Copy, const P: usize, const E: u
     first: u64,
     args: &RowShape,
     fetch: impl Fn(u64) -> V,
-    values: impl Fn(usize, usize, V) -> [f32; P],
+    values: impl Fn(usize, usize, u64, V) -> [f32; P],
 ) {
+    let at = &at.pinned();
     let group = const { fetch_group::<V>(E) };
     unroll::<E>(|start| {
         if start % group == 0 && start * P < E {
@@ -306,7 +324,7 @@ pub(crate) unsafe fn warp_store<S: Store<P>, V: Copy, const P: usize, const E: u
             });
             // SAFETY: as in warp_load; every slot was fetched just above.
             at.for_each_pack::<P, E>(first, args, packs, |r, i, row, col| unsafe {
-                store.store(values(r, i, fetched[r][i].assume_init()), row, col)
+                store.store(values(r, i, col, fetched[r][i].assume_init()), row, col)
             });
         }
     });
