@@ -217,10 +217,15 @@ fn train<T: Element>(
     let saved_invstd: Vec<f64> = invstd_dev.to_vec()?.iter().map(|&v| v as f64).collect();
     let g: Vec<f64> = (0..len).map(|i| if act == Act::None || bit(i) { dy[i].to_f64() } else { 0.0 }).collect();
     let (mut sum_g, mut sum_gx) = (vec![0.0; channels], vec![0.0; channels]);
+    // Each channel's sum of squared terms: the scale of its sum for random data.
+    let (mut squares_g, mut squares_gx) = (vec![0.0; channels], vec![0.0; channels]);
     for i in 0..len {
         let c = channel_of(i, ext);
+        let gx = g[i] * (xf[i] - saved_mean[c]) * saved_invstd[c];
         sum_g[c] += g[i];
-        sum_gx[c] += g[i] * (xf[i] - saved_mean[c]) * saved_invstd[c];
+        sum_gx[c] += gx;
+        squares_g[c] += g[i] * g[i];
+        squares_gx[c] += gx * gx;
     }
     let dx_want: Vec<f64> = (0..len)
         .map(|i| {
@@ -234,8 +239,12 @@ fn train<T: Element>(
     let terms: Vec<f64> =
         (0..len).map(|i| weight[channel_of(i, ext)] as f64 * saved_invstd[channel_of(i, ext)] * g[i]).collect();
     parts.push(("dx", against_floor(&dx_dev.to_vec()?[offset..], &dx_want, rms(&terms).max(rms(&dx_want)))));
-    parts.push(("dweight", against_rms(&dw_dev.to_vec()?, &sum_gx)));
-    parts.push(("dbias", against_rms(&db_dev.to_vec()?, &sum_g)));
+    // A channel's sum of random terms may cancel far below its terms (dbias of 33 values
+    // summing to 4e-3), leaving f32 rounding alone above the tolerance: measure against the
+    // sums' scale, sqrt of the squared terms, as well as their values.
+    let scale = |squares: &[f64]| rms(&squares.iter().map(|s| s.sqrt()).collect::<Vec<_>>());
+    parts.push(("dweight", against_floor(&dw_dev.to_vec()?, &sum_gx, rms(&sum_gx).max(scale(&squares_gx)))));
+    parts.push(("dbias", against_floor(&db_dev.to_vec()?, &sum_g, rms(&sum_g).max(scale(&squares_g)))));
     if act == Act::AddRelu {
         parts.push(("d(addend)", against_rms(&da_dev.to_vec()?[offset..], &g)));
     }
