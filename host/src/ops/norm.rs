@@ -26,6 +26,18 @@ pub use super::rows::dispatch::{Path, PathKind, Plan};
 /// registers of row) and ran at 65-70% of copy at 1024 columns on the H100, where the
 /// shared path reached 86-100%.
 const BACKWARD_WARP_MAX_COLS: usize = 512;
+
+/// Widest f32 row the forwards without a residual give the warp path. Measured on the H100
+/// (49152 rows, % of copy, warp path against the shared path it then takes):
+/// - 768-1024 columns: `layer_norm` 95.9-96.5 against 98.4-99.2, `rms_norm` 96.6-97.3
+///   against 98.7-99.0;
+/// - 1001 columns (rows from their heads on the shared path, pack 1 on the warp path):
+///   `layer_norm` 66.0 against 85.4, `rms_norm` 68.1 against 92.8;
+/// - 600 columns: `layer_norm` 95.2 against 91.1, so below this width the warp path stays.
+///
+/// The residual-add forwards were level on either path (within 0.3 points), and 16-bit rows
+/// lose 4-14 points on the shared path at 1024 columns.
+const F32_FORWARD_WARP_MAX_COLS: usize = 640;
 use super::columns::{ColumnSumArgs, sum_chunks, sum_columns};
 use super::rows::dispatch::gathers_columns;
 use super::rows::{Prepared, RowCall, RowKernels, check_aligned, same_shape};
@@ -507,6 +519,9 @@ impl Norm {
         // The residual add fills its cache through registers (it also writes the sum);
         // measured, it gains more from L1 for gamma and beta than from resident blocks.
         row.columns_before_blocks = call.residual.is_some();
+        if call.residual.is_none() && T::DTYPE == DType::F32 {
+            row.problem.warp_max_cols = F32_FORWARD_WARP_MAX_COLS;
+        }
         launch_reading_copies::<G>(stream, op, row.prepare()?)
     }
 
