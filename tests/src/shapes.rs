@@ -40,11 +40,13 @@ pub fn softmax_bench_shapes() -> Vec<(usize, usize)> {
     shapes
 }
 
-/// Norm row widths the GPU suite covers: softmax's but 1023, and 65536 instead of 131072
-/// (on an H100 a forward row of 65536 f32 is past shared memory, and a backward row, which
-/// caches two arrays, already at 32768).
-pub const NORM_TEST_COLS: &[usize] =
-    &[1, 2, 3, 31, 32, 33, 127, 257, 512, 701, 768, 1000, 1024, 1025, 2047, 4096, 4097, 12345, 32768, 50257, 65536];
+/// Norm row widths the GPU suite covers: softmax's but 1023, 24576, and 65536 instead of
+/// 131072 (on an H100 a forward row of 65536 f32 is past shared memory, and a backward row,
+/// which caches two arrays, already at 32768; 16-bit backward rows of 24576 gather both of
+/// LayerNorm's parameter gradients on the uncached path, and of 32768 RMSNorm's one).
+pub const NORM_TEST_COLS: &[usize] = &[
+    1, 2, 3, 31, 32, 33, 127, 257, 512, 701, 768, 1000, 1024, 1025, 2047, 4096, 4097, 12345, 24576, 32768, 50257, 65536,
+];
 
 /// Row counts for a norm width: 1, 2, 3 and a large count (about 2^19 elements, at most
 /// 8192; the norm matrix has several times softmax's cases per shape).

@@ -391,11 +391,33 @@ pub fn gathered_bytes_per_col(sums: u32) -> u32 {
     column_gather_bytes(1, sums, 1) as u32
 }
 
-/// Whether a backward's rows can gather `sums` column sums (its gathering kernels' paths):
-/// rows on the warp path, or whose caches and sums fit one block's shared memory.
-pub fn gathers_columns(problem: &Problem, sums: u32, device: &DeviceInfo) -> bool {
+/// Where a backward's rows gather their column sums as they are read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gathering {
+    /// On the path the planner picks: rows on the warp path, or whose caches and sums fit
+    /// one block's shared memory.
+    Planned,
+    /// On the uncached path, its shared memory the sums alone: 16-bit rows whose cache and
+    /// sums do not fit a block together. Measured on the H100: see [`gathering`].
+    Uncached,
+}
+
+/// Where a backward's rows can gather `sums` column sums (its gathering kernels' paths), or
+/// `None` where a second kernel reads the rows again for them. The uncached path gathers
+/// only 16-bit rows (`cache_bytes_per_col` of 4: x and dy). Measured on the H100 at
+/// 49152x32768: with the second kernel both the 16-bit and the f32 RMSNorm backward with
+/// its gradient run at 58% of copy; gathered uncached, bf16 at 73.6% and f16 at 75.4%. The
+/// f32 backward alone runs at 60% uncached, so it keeps the second kernel.
+pub fn gathering(problem: &Problem, sums: u32, device: &DeviceInfo) -> Option<Gathering> {
+    let cols = problem.cols as u64;
     let per_col = problem.cache_bytes_per_col + gathered_bytes_per_col(sums);
-    problem.cols <= problem.warp_max_cols || fits_a_block(problem.cols as u64 * per_col as u64, device)
+    if problem.cols <= problem.warp_max_cols || fits_a_block(cols * per_col as u64, device) {
+        Some(Gathering::Planned)
+    } else if problem.cache_bytes_per_col == 4 && fits_a_block(cols * gathered_bytes_per_col(sums) as u64, device) {
+        Some(Gathering::Uncached)
+    } else {
+        None
+    }
 }
 
 /// Waves of resident clusters the cluster path's grid holds. A cluster works through its
@@ -851,15 +873,22 @@ mod tests {
         let device = h100();
         let backward =
             |cols, cache_bytes_per_col| Problem { cache_bytes_per_col, warp_max_cols: 512, ..problem(49152, cols, 8) };
+        let at = |cols, cache_bytes_per_col, sums| gathering(&backward(cols, cache_bytes_per_col), sums, &device);
         // bf16 x and dy cached (4 bytes a column) beside LayerNorm's two f32 sums (8 more):
         // 16384 columns take 192 KB of the 227 a block may have, 32768 twice that.
         for cols in [1, 256, 512, 1024, 4096, 16384] {
-            assert!(gathers_columns(&backward(cols, 4), 2, &device), "{cols}");
+            assert_eq!(at(cols, 4, 2), Some(Gathering::Planned), "{cols}");
         }
-        assert!(!gathers_columns(&backward(32768, 4), 2, &device));
-        // f32 rows of RMSNorm: 8 bytes cached and one sum.
-        assert!(gathers_columns(&backward(16384, 8), 1, &device));
-        assert!(!gathers_columns(&backward(20000, 8), 1, &device));
+        // Past that, 16-bit rows gather on the uncached path while the sums alone fit: 28K
+        // columns of LayerNorm's two sums, 56K of RMSNorm's one.
+        assert_eq!(at(20000, 4, 2), Some(Gathering::Uncached));
+        assert_eq!(at(32768, 4, 2), None);
+        assert_eq!(at(32768, 4, 1), Some(Gathering::Uncached));
+        assert_eq!(at(50000, 4, 1), Some(Gathering::Uncached));
+        assert_eq!(at(65536, 4, 1), None);
+        // f32 rows of RMSNorm: 8 bytes cached and one sum; never uncached.
+        assert_eq!(at(16384, 8, 1), Some(Gathering::Planned));
+        assert_eq!(at(20000, 8, 1), None);
     }
 
     #[test]

@@ -264,7 +264,9 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             })
         };
         let threads = |path| block_kernel(path).map(|kernel| kernel.max_threads_per_block);
-        let block_limit = if self.column_sums > 0 {
+        let block_limit = if self.column_sums > 0 && self.problem.force == Some(PathKind::Uncached) {
+            threads(Path::Uncached { block: 0 })?
+        } else if self.column_sums > 0 {
             threads(Path::Shared { block: 0, shared_bytes: 0 })?
         } else {
             threads(Path::Uncached { block: 0 })?.min(threads(Path::Shared { block: 0, shared_bytes: 0 })?)
@@ -274,10 +276,14 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
         let problem = Problem { pack, block_pack, block_limit, cache_bytes_per_col, ..self.problem };
         let mut plan = plan(&problem, gpu.info(), Occupancies { shared: &shared, cluster: &cluster })?;
         let kernel = kernel_for(&plan)?;
-        // The warp path's gathered sums: a partial row for each lane group of a block.
+        // The warp and uncached paths' gathered sums: a partial row for each lane group of a
+        // block, or for the block.
         let gathered_bytes = match plan.path {
             Path::Warp { width, .. } if self.column_sums > 0 => {
                 column_gather_bytes(ROW_WARP_BLOCK_SIZE / width, self.column_sums, problem.cols as u64) as u32
+            }
+            Path::Uncached { .. } if self.column_sums > 0 => {
+                column_gather_bytes(1, self.column_sums, problem.cols as u64) as u32
             }
             _ => 0,
         };
@@ -305,9 +311,9 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             Path::Cluster { shared_bytes, .. } => {
                 gpu.modules().set_attributes(kernel, cluster_attributes(shared_bytes))?
             }
-            // Its gathered sums: the kernel's allowance may be another call's (an occupancy
+            // Their gathered sums: the kernel's allowance may be another call's (an occupancy
             // answered from memory sets nothing).
-            Path::Warp { .. } if gathered_bytes > 0 => {
+            Path::Warp { .. } | Path::Uncached { .. } if gathered_bytes > 0 => {
                 gpu.modules().set_attributes(kernel, Attributes { dynamic_shared: gathered_bytes, carveout: None })?
             }
             _ => {}
