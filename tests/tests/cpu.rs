@@ -331,11 +331,12 @@ fn norm_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
     // Forward and residual-add forward for 7 dtype triples, the backward for 5, on 6 paths
     // with 2 packs each; the 3 kinds on the 2 phased block paths for the 5 triples whose
     // rows share a dtype; the backward gathering the parameter gradients for the 5 on 3
-    // paths at the widest pack; then the parameter gradients' 6 stage-1 and 3 stage-2
-    // kernels, and the 3 that write a weight's shifted copies.
+    // paths at the widest pack, and for the 4 16-bit ones on the uncached path; then the
+    // parameter gradients' 6 stage-1 and 3 stage-2 kernels, and the 3 that write a weight's
+    // shifted copies.
     assert_eq!(
         kernels.len(),
-        (2 * 7 + 5) * 6 * 2 + 3 * 2 * 5 + 5 * 3 + 6 + 3 + 3,
+        (2 * 7 + 5) * 6 * 2 + 3 * 2 * 5 + 5 * 3 + 4 + 6 + 3 + 3,
         "kinds x dtypes x paths x packs + phased + gathering + param grads + copies"
     );
     let per_column =
