@@ -297,20 +297,28 @@ softmax_kernels!(kinds declare_softmax_kinds);
 #[macro_export]
 macro_rules! norm_kernels {
     ($mode:ident $apply:ident) => {
-        $crate::norm_kernels!(@lists $mode $apply
+        $crate::norm_kernels!(@split $mode $apply
             [(Forward forward) (AddForward add_forward)]
             [(f32 f32 f32 4) (f16 f16 f16 8) (f16 f16 f32 8) (bf16 bf16 bf16 8) (bf16 bf16 f32 8)
              (f32 f16 f32 4) (f32 bf16 f32 4)]
             [(Backward backward)]
-            [(f32 f32 f32 4) (f16 f16 f16 8) (f16 f16 f32 8) (bf16 bf16 bf16 8) (bf16 bf16 f32 8)]
+            // The backward's triples: f32, then the 16-bit ones.
+            [(f32 f32 f32 4)]
+            [(f16 f16 f16 8) (f16 f16 f32 8) (bf16 bf16 bf16 8) (bf16 bf16 f32 8)]
             [(BackwardParams backward_params)]
             [(Warp8 warp8) (Warp16 warp16) (Shared shared)]
-            [(f16 f16 f16 8) (f16 f16 f32 8) (bf16 bf16 bf16 8) (bf16 bf16 f32 8)]
             [(Uncached uncached)]
             [(Warp8 warp8) (Warp16 warp16) (Warp24 warp24) (Warp32 warp32) (Shared shared) (Uncached uncached)]
             [(SharedPhased shared_phased) (UncachedPhased uncached_phased)]
             [(Cluster cluster)]
             [(ClusterPhased cluster_phased)]);
+    };
+    // The backward's triples whole, and its 16-bit ones alone for the paths only they take.
+    (@split $mode:ident $apply:ident $forward:tt $forward_types:tt $backward:tt [$($f32_types:tt)*]
+        [$($types_16_bit:tt)*] $params:tt $params_paths:tt $params_16_bit_paths:tt $($lists:tt)*) => {
+        $crate::norm_kernels!(@lists $mode $apply $forward $forward_types $backward
+            [$($f32_types)* $($types_16_bit)*] $params $params_paths [$($types_16_bit)*] $params_16_bit_paths
+            $($lists)*);
     };
     (@lists kinds $apply:ident [$($forward:tt)*] $forward_types:tt [$($backward:tt)*] $backward_types:tt
         [$($params:tt)*] $($lists:tt)*) => {
