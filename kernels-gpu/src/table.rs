@@ -290,64 +290,49 @@ softmax_kernels!(kinds declare_softmax_kinds);
 /// row's head) at the widest pack, for the triples whose rows share one dtype (the host
 /// phases only rows of one element size). The backward that gathers the parameter
 /// gradients from its rows (`BackwardParams`) has the paths the host plans it on: the warp
-/// tiers of the backward's rows (up to 512 columns) and the shared path, and for 16-bit
-/// rows the uncached path (rows whose cache and sums do not fit a block together), at the
-/// widest pack (the host gathers only from aligned rows). Modes as
+/// tiers of the backward's rows (up to 512 columns), the shared path and the cluster path,
+/// at the widest pack (the host gathers only from aligned rows). Modes as
 /// [`softmax_kernels!`]; entries are `(Kind kind Path path x y param pack)`.
 #[macro_export]
 macro_rules! norm_kernels {
     ($mode:ident $apply:ident) => {
-        $crate::norm_kernels!(@split $mode $apply
+        $crate::norm_kernels!(@lists $mode $apply
             [(Forward forward) (AddForward add_forward)]
             [(f32 f32 f32 4) (f16 f16 f16 8) (f16 f16 f32 8) (bf16 bf16 bf16 8) (bf16 bf16 f32 8)
              (f32 f16 f32 4) (f32 bf16 f32 4)]
             [(Backward backward)]
-            // The backward's triples: f32, then the 16-bit ones.
-            [(f32 f32 f32 4)]
-            [(f16 f16 f16 8) (f16 f16 f32 8) (bf16 bf16 bf16 8) (bf16 bf16 f32 8)]
+            [(f32 f32 f32 4) (f16 f16 f16 8) (f16 f16 f32 8) (bf16 bf16 bf16 8) (bf16 bf16 f32 8)]
             [(BackwardParams backward_params)]
             [(Warp8 warp8) (Warp16 warp16) (Shared shared)]
-            [(Uncached uncached)]
             [(Warp8 warp8) (Warp16 warp16) (Warp24 warp24) (Warp32 warp32) (Shared shared) (Uncached uncached)]
             [(SharedPhased shared_phased) (UncachedPhased uncached_phased)]
             [(Cluster cluster)]
             [(ClusterPhased cluster_phased)]);
-    };
-    // The backward's triples whole, and its 16-bit ones alone for the paths only they take.
-    (@split $mode:ident $apply:ident $forward:tt $forward_types:tt $backward:tt [$($f32_types:tt)*]
-        [$($types_16_bit:tt)*] $params:tt $params_paths:tt $params_16_bit_paths:tt $($lists:tt)*) => {
-        $crate::norm_kernels!(@lists $mode $apply $forward $forward_types $backward
-            [$($f32_types)* $($types_16_bit)*] $params $params_paths [$($types_16_bit)*] $params_16_bit_paths
-            $($lists)*);
     };
     (@lists kinds $apply:ident [$($forward:tt)*] $forward_types:tt [$($backward:tt)*] $backward_types:tt
         [$($params:tt)*] $($lists:tt)*) => {
         $apply!($($forward)* $($backward)* $($params)*);
     };
     (@lists main $apply:ident $forward:tt $forward_types:tt $backward:tt $backward_types:tt $params:tt
-        $params_paths:tt $params_16_bit_types:tt $params_16_bit_paths:tt $paths:tt $phased:tt $cluster:tt
-        $cluster_phased:tt) => {
+        $params_paths:tt $paths:tt $phased:tt $cluster:tt $cluster_phased:tt) => {
         $crate::norm_kernels!(@kinds $apply []
             [($forward $forward_types $paths $backward_types $phased both)
              ($backward $backward_types $paths $backward_types $phased both)
-             ($params $backward_types $params_paths $backward_types [] widest)
-             ($params $params_16_bit_types $params_16_bit_paths $params_16_bit_types [] widest)]);
+             ($params $backward_types $params_paths $backward_types [] widest)]);
     };
     (@lists cluster $apply:ident $forward:tt $forward_types:tt $backward:tt $backward_types:tt $params:tt
-        $params_paths:tt $params_16_bit_types:tt $params_16_bit_paths:tt $paths:tt $phased:tt $cluster:tt
-        $cluster_phased:tt) => {
+        $params_paths:tt $paths:tt $phased:tt $cluster:tt $cluster_phased:tt) => {
         $crate::norm_kernels!(@kinds $apply []
             [($forward $forward_types $cluster $backward_types $cluster_phased both)
-             ($backward $backward_types $cluster $backward_types $cluster_phased both)]);
+             ($backward $backward_types $cluster $backward_types $cluster_phased both)
+             ($params $backward_types $cluster $backward_types [] widest)]);
     };
     (@lists all $apply:ident $forward:tt $forward_types:tt $backward:tt $backward_types:tt $params:tt
-        $params_paths:tt $params_16_bit_types:tt $params_16_bit_paths:tt [$($path:tt)*] [$($phased:tt)*]
-        [$($cluster:tt)*] [$($cluster_phased:tt)*]) => {
+        [$($params_path:tt)*] [$($path:tt)*] [$($phased:tt)*] [$($cluster:tt)*] [$($cluster_phased:tt)*]) => {
         $crate::norm_kernels!(@kinds $apply []
             [($forward $forward_types [$($path)* $($cluster)*] $backward_types [$($phased)* $($cluster_phased)*] both)
              ($backward $backward_types [$($path)* $($cluster)*] $backward_types [$($phased)* $($cluster_phased)*] both)
-             ($params $backward_types $params_paths $backward_types [] widest)
-             ($params $params_16_bit_types $params_16_bit_paths $params_16_bit_types [] widest)]);
+             ($params $backward_types [$($params_path)* $($cluster)*] $backward_types [] widest)]);
     };
     // One group of kinds at a time: each kind on each path at the packs the group names
     // (both, or the widest), on each phased path at the widest ...

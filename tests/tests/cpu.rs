@@ -263,15 +263,29 @@ fn batch_norm_clamps_and_relu_tests_keep_nan() {
     }
 }
 
+/// Whether `name` is a backward gathering the norms' parameter gradients; if so, checks
+/// that its sums, shared by a block, are added 16 bytes at a time and never atomically (the
+/// same bits every run).
+fn check_gathering(name: &str, body: &str) -> bool {
+    let gathers = name.starts_with("rill_norm_backward_params_");
+    if gathers {
+        assert!(body.contains("st.shared.v4.u32"), "{name}: sums not added 16 bytes at a time");
+        let atomic = body.contains("atom.") || body.contains("\tred.") || body.contains(" red.");
+        assert!(!atomic, "{name}: atomic sums");
+    }
+    gathers
+}
+
 #[test]
 fn cluster_kernels_reduce_through_distributed_shared_memory() {
     let ptx = rill::ptx(Module::Cluster).expect("embedded");
     assert!(ptx.contains(".target sm_90"), "the cluster module must target sm_90");
     let kernels = kernels_of(Module::Cluster);
     // Softmax: 7 kinds x 3 dtypes x (2 packs + phased), less pack 1 for the 2 kinds that read
-    // a single row array; norms: (7 + 7 + 5) dtype triples x 2 packs, and the 3 kinds phased
-    // for the 5 triples whose rows share a dtype.
-    assert_eq!(kernels.len(), 7 * 3 * 3 - 2 * 3 + (7 + 7 + 5) * 2 + 3 * 5, "cluster kernels");
+    // a single row array; norms: (7 + 7 + 5) dtype triples x 2 packs, the 3 kinds phased
+    // for the 5 triples whose rows share a dtype, and the gathering backward's 5 triples at
+    // the widest pack.
+    assert_eq!(kernels.len(), 7 * 3 * 3 - 2 * 3 + (7 + 7 + 5) * 2 + 3 * 5 + 5, "cluster kernels");
     for (name, body) in &kernels {
         assert!(name.contains("_cluster_"), "{name}: only cluster-path kernels belong here");
         assert!(!body.contains(".local"), "{name}: uses local memory");
@@ -295,6 +309,7 @@ fn cluster_kernels_reduce_through_distributed_shared_memory() {
         let plain = !name.contains("_scale_mask_") && !name.contains("_add_forward_");
         check_row_loads(name, body, widest_pack, plain);
         check_edges(name, body);
+        check_gathering(name, body);
         // The softmax backward holds a pack of y and of dy a thread in registers, loaded for
         // the row and prefetched for the next.
         if name.contains("_softmax_backward_cluster_") && widest_pack {
@@ -331,12 +346,11 @@ fn norm_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
     // Forward and residual-add forward for 7 dtype triples, the backward for 5, on 6 paths
     // with 2 packs each; the 3 kinds on the 2 phased block paths for the 5 triples whose
     // rows share a dtype; the backward gathering the parameter gradients for the 5 on 3
-    // paths at the widest pack, and for the 4 16-bit ones on the uncached path; then the
-    // parameter gradients' 6 stage-1 and 3 stage-2 kernels, and the 3 that write a weight's
-    // shifted copies.
+    // paths at the widest pack; then the parameter gradients' 6 stage-1 and 3 stage-2
+    // kernels, and the 3 that write a weight's shifted copies.
     assert_eq!(
         kernels.len(),
-        (2 * 7 + 5) * 6 * 2 + 3 * 2 * 5 + 5 * 3 + 4 + 6 + 3 + 3,
+        (2 * 7 + 5) * 6 * 2 + 3 * 2 * 5 + 5 * 3 + 6 + 3 + 3,
         "kinds x dtypes x paths x packs + phased + gathering + param grads + copies"
     );
     let per_column =
@@ -353,16 +367,9 @@ fn norm_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
         // The residual add computes what it caches; the others copy rows to shared memory.
         check_row_loads(name, body, name.ends_with("_p4") || name.ends_with("_p8"), !name.contains("_add_forward_"));
         let block_path = name.contains("_shared_") || name.contains("_uncached_");
-        // The gathering backward's sums are shared by a block: cleared and totalled behind
-        // barriers, added 16 bytes at a time, and never atomically (the same bits every run).
-        let gathers = name.starts_with("rill_norm_backward_params_");
+        let gathers = check_gathering(name, body);
         let barriers = block_path || gathers;
         assert_eq!(body.contains("bar.sync"), barriers, "{name}: barriers only on the block paths and gathers");
-        if gathers {
-            assert!(body.contains("st.shared.v4.u32"), "{name}: sums not added 16 bytes at a time");
-            let atomic = body.contains("atom.") || body.contains("\tred.") || body.contains(" red.");
-            assert!(!atomic, "{name}: atomic sums");
-        }
         // Rows from their heads: f32 rows read the weight an element at a time; 16-bit rows
         // read its packs whole from the shifted copies, so their only single-element loads
         // are the edges' and the per-row statistics' (a pack read by element is 8 loads, at

@@ -39,7 +39,7 @@ const BACKWARD_WARP_MAX_COLS: usize = 512;
 /// lose 4-14 points on the shared path at 1024 columns.
 const F32_FORWARD_WARP_MAX_COLS: usize = 640;
 use super::columns::{ColumnSumArgs, sum_chunks, sum_columns};
-use super::rows::dispatch::{Gathering, gathering};
+use super::rows::dispatch::gathers_columns;
 use super::rows::{Prepared, RowCall, RowKernels, check_aligned, same_shape};
 use super::{Span, check_disjoint};
 use crate::Stream;
@@ -607,30 +607,22 @@ impl Norm {
         row.problem.warp_max_cols = BACKWARD_WARP_MAX_COLS;
         row.column_bytes = column_bytes(&weight, &None);
         // The parameter gradients gathered from the rows as dx reads them, where that
-        // kernel has a path: aligned rows on the warp path or in one block's shared memory,
-        // and 16-bit rows too wide for that on the uncached path. Elsewhere (rows run from
-        // their heads, the sums too wide for a block, a forced path) `param_grad` reads x
-        // and dy again.
+        // kernel has a path: aligned rows on the warp path, or in one block's shared memory
+        // or a cluster's (each block its slice's sums). Elsewhere (rows run from their
+        // heads, rows too wide, a forced path) `param_grad` reads x and dy again.
         let sums = match kind {
             NormKind::LayerNorm => 2,
             NormKind::RmsNorm => 1,
         };
         let wants_params = dweight.is_some() || dbias.is_some();
-        let gathers = if wants_params && self.force.is_none() && row.aligned() {
-            gathering(&row.problem, sums, row.stream.gpu().info())
-        } else {
-            None
-        };
-        if let Some(gathering) = gathers {
+        let gathers = wants_params
+            && self.force.is_none()
+            && row.aligned()
+            && gathers_columns(&row.problem, sums, row.stream.gpu().info());
+        if gathers {
             row.kernels = RowKernels::Norm { kind: NormKernelKind::BackwardParams, dtypes };
             row.column_sums = sums;
-            if gathering == Gathering::Uncached {
-                // The gathering kernel's one path for these rows (not the user's choice:
-                // a forced path gathers nothing).
-                row.problem.force = Some(PathKind::Uncached);
-            }
         }
-        let gathers = gathers.is_some();
         let grad_args = NormParamGradArgs {
             rows: rows as u64,
             cols: cols as u64,
@@ -663,13 +655,14 @@ impl Norm {
             param_grads::<T, G>(stream, op, grad_args, pack)?;
             return Ok(plan);
         }
-        // A partial row per block of the grid, each column's sums then added in block order.
-        let chunks = prepared.plan.grid as u64;
+        // A partial row per block (or cluster) of the grid, each column's sums then added in
+        // block order.
+        let chunks = prepared.plan.partial_rows() as u64;
         Workspace::scoped(stream, sums as usize * chunks as usize * cols, |partial| {
             prepared.args.partial = partial;
             let grad_args = NormParamGradArgs { chunks, partial, ..grad_args };
-            // SAFETY: the row kernel writes a row of `sums x cols` f32 per block of its grid
-            // into `partial` before the totals read them, on the same stream.
+            // SAFETY: the row kernel writes `sums` rows of `cols` f32 per partial row of its
+            // plan into `partial` before the totals read them, on the same stream.
             prepared.launch().and_then(|plan| unsafe { chunk_totals::<G>(stream, op, grad_args) }.map(|()| plan))
         })
     }
@@ -784,12 +777,10 @@ mod tests {
                 let backward = key(NormKernelKind::Backward, pack).symbol().is_some();
                 assert_eq!(backward, dtypes.0 == dtypes.1, "{path:?} {dtypes:?}");
                 // The gathering backward on the paths its calls plan, aligned: the warp
-                // tiers of rows up to BACKWARD_WARP_MAX_COLS, the shared path, and for 16-bit
-                // rows the uncached path.
+                // tiers of rows up to BACKWARD_WARP_MAX_COLS, and the shared and cluster paths.
                 let gathers =
                     RowPath::WARP.iter().any(|p| *p == path && 32 * path.warp_elements() <= BACKWARD_WARP_MAX_COLS)
-                        || path == RowPath::Shared
-                        || (path == RowPath::Uncached && dtypes.0.size() == 2);
+                        || matches!(path, RowPath::Shared | RowPath::Cluster);
                 let params = key(NormKernelKind::BackwardParams, pack).symbol().is_some();
                 assert_eq!(params, gathers && backward, "{path:?} {dtypes:?}");
                 assert!(key(NormKernelKind::BackwardParams, 1).symbol().is_none());

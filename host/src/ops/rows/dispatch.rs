@@ -11,8 +11,8 @@ use crate::DeviceInfo;
 use crate::Error::Unsupported;
 use crate::launch::grid_stride_blocks;
 use rill_kernels_gpu::abi::{
-    CLUSTER_STATIC_SHARED_BYTES, ROW_CLUSTER_SIZES, ROW_STATIC_SHARED_BYTES, ROW_WARP_BLOCK_SIZE, column_gather_bytes,
-    rows_per_access,
+    CLUSTER_STATIC_SHARED_BYTES, MAX_CLUSTER_BLOCKS, PACK_BYTES, ROW_CLUSTER_SIZES, ROW_STATIC_SHARED_BYTES,
+    ROW_WARP_BLOCK_SIZE, column_gather_bytes, rows_per_access,
 };
 use rill_kernels_gpu::table::RowPath;
 
@@ -101,6 +101,11 @@ impl Plan {
             Path::Cluster { cluster, .. } => cluster,
             _ => 1,
         }
+    }
+
+    /// Rows of the partial array a gathering backward writes: one a block, or a cluster.
+    pub fn partial_rows(&self) -> u32 {
+        self.grid / self.cluster()
     }
 
     /// The kernels' path: the warp tier, or the block path, phased or not.
@@ -391,33 +396,29 @@ pub fn gathered_bytes_per_col(sums: u32) -> u32 {
     column_gather_bytes(1, sums, 1) as u32
 }
 
-/// Where a backward's rows gather their column sums as they are read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Gathering {
-    /// On the path the planner picks: rows on the warp path, or whose caches and sums fit
-    /// one block's shared memory.
-    Planned,
-    /// On the uncached path, its shared memory the sums alone: 16-bit rows whose cache and
-    /// sums do not fit a block together. Measured on the H100: see [`gathering`].
-    Uncached,
-}
-
-/// Where a backward's rows can gather `sums` column sums (its gathering kernels' paths), or
-/// `None` where a second kernel reads the rows again for them. The uncached path gathers
-/// only 16-bit rows (`cache_bytes_per_col` of 4: x and dy). Measured on the H100 at
-/// 49152x32768: with the second kernel both the 16-bit and the f32 RMSNorm backward with
-/// its gradient run at 58% of copy; gathered uncached, bf16 at 73.6% and f16 at 75.4%. The
-/// f32 backward alone runs at 60% uncached, so it keeps the second kernel.
-pub fn gathering(problem: &Problem, sums: u32, device: &DeviceInfo) -> Option<Gathering> {
+/// Whether a backward's rows can gather `sums` column sums (its gathering kernels' paths):
+/// rows on the warp path, or whose caches and sums fit one block's shared memory, or (sm_90)
+/// a cluster's, each block holding its slice's, where the sums take no more of it than the
+/// cached rows. Elsewhere a second kernel reads the rows again for them (about 58% of copy).
+/// Measured on the H100 (49152 rows of 20480 to 32768 columns): gathered on a cluster, f32
+/// rows ran at 73-88% of copy and 16-bit RMSNorm's at 80%; 16-bit LayerNorm's, whose two
+/// f32 sums take twice the shared memory of its cached rows, at 52-64%, behind the second
+/// kernel but where each thread took the same packs of its slice (see docs/PERF.md).
+pub fn gathers_columns(problem: &Problem, sums: u32, device: &DeviceInfo) -> bool {
     let cols = problem.cols as u64;
     let per_col = problem.cache_bytes_per_col + gathered_bytes_per_col(sums);
-    if problem.cols <= problem.warp_max_cols || fits_a_block(cols * per_col as u64, device) {
-        Some(Gathering::Planned)
-    } else if problem.cache_bytes_per_col == 4 && fits_a_block(cols * gathered_bytes_per_col(sums) as u64, device) {
-        Some(Gathering::Uncached)
-    } else {
-        None
-    }
+    problem.cols <= problem.warp_max_cols
+        || fits_a_block(cols * per_col as u64, device)
+        || (gathered_bytes_per_col(sums) <= problem.cache_bytes_per_col && fits_a_cluster(cols, per_col, device))
+}
+
+/// Whether the largest cluster holds a row of `cols` columns of `per_col` bytes on a GPU
+/// with clusters: each block's slice (rounded up to 16 columns, past any pack) in its
+/// shared memory.
+fn fits_a_cluster(cols: u64, per_col: u32, device: &DeviceInfo) -> bool {
+    let slice_cols = cols.div_ceil(MAX_CLUSTER_BLOCKS as u64).next_multiple_of(PACK_BYTES as u64);
+    let limit = device.max_shared_bytes_per_block_optin.saturating_sub(CLUSTER_STATIC_SHARED_BYTES) as u64;
+    device.compute_capability.0 >= 9 && slice_cols * per_col as u64 <= limit
 }
 
 /// Waves of resident clusters the cluster path's grid holds. A cluster works through its
@@ -870,25 +871,34 @@ mod tests {
 
     #[test]
     fn columns_are_gathered_where_the_rows_and_their_sums_fit() {
-        let device = h100();
         let backward =
             |cols, cache_bytes_per_col| Problem { cache_bytes_per_col, warp_max_cols: 512, ..problem(49152, cols, 8) };
-        let at = |cols, cache_bytes_per_col, sums| gathering(&backward(cols, cache_bytes_per_col), sums, &device);
+        let (h100, without_clusters) = (h100(), DeviceInfo { compute_capability: (8, 0), ..h100() });
+        let at = |device, cols, cache_bytes_per_col, sums| {
+            gathers_columns(&backward(cols, cache_bytes_per_col), sums, device)
+        };
         // bf16 x and dy cached (4 bytes a column) beside LayerNorm's two f32 sums (8 more):
         // 16384 columns take 192 KB of the 227 a block may have, 32768 twice that.
-        for cols in [1, 256, 512, 1024, 4096, 16384] {
-            assert_eq!(at(cols, 4, 2), Some(Gathering::Planned), "{cols}");
+        for device in [&h100, &without_clusters] {
+            for cols in [1, 256, 512, 1024, 4096, 16384] {
+                assert!(at(device, cols, 4, 2), "{cols}");
+            }
+            // f32 rows of RMSNorm: 8 bytes cached and one sum.
+            assert!(at(device, 16384, 8, 1));
         }
-        // Past that, 16-bit rows gather on the uncached path while the sums alone fit: 28K
-        // columns of LayerNorm's two sums, 56K of RMSNorm's one.
-        assert_eq!(at(20000, 4, 2), Some(Gathering::Uncached));
-        assert_eq!(at(32768, 4, 2), None);
-        assert_eq!(at(32768, 4, 1), Some(Gathering::Uncached));
-        assert_eq!(at(50000, 4, 1), Some(Gathering::Uncached));
-        assert_eq!(at(65536, 4, 1), None);
-        // f32 rows of RMSNorm: 8 bytes cached and one sum; never uncached.
-        assert_eq!(at(16384, 8, 1), Some(Gathering::Planned));
-        assert_eq!(at(20000, 8, 1), None);
+        assert!(!at(&without_clusters, 32768, 8, 2));
+        assert!(!at(&without_clusters, 20000, 8, 1));
+        // With clusters, each block holds its slice's where the sums take no more shared
+        // memory than the cached rows: up to 16 blocks of 227 KB, 230K columns of f32
+        // LayerNorm (16 bytes a column), 450K of 16-bit RMSNorm (8 bytes).
+        for (cols, cache_bytes_per_col, sums) in [(32768, 4, 1), (32768, 8, 2), (20000, 8, 1), (230_000, 8, 2)] {
+            assert!(at(&h100, cols, cache_bytes_per_col, sums), "{cols}");
+        }
+        assert!(at(&h100, 450_000, 4, 1));
+        assert!(!at(&h100, 240_000, 8, 2));
+        assert!(!at(&h100, 470_000, 4, 1));
+        // 16-bit LayerNorm: two sums, 8 bytes, beside 4 cached.
+        assert!(!at(&h100, 32768, 4, 2));
     }
 
     #[test]

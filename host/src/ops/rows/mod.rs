@@ -122,9 +122,10 @@ pub(crate) struct RowCall<'a, A: RowArgs> {
     /// [`shared_carveout`]).
     pub columns_before_blocks: bool,
     /// Per-column sums the kernels gather from the rows beside their own (0, or 1 or 2 for
-    /// a norm backward's parameter gradients), each block's written as its row of a
-    /// partial array ([`Prepared::args`] names it): shared memory holds them before the
-    /// caches, and the grid is one wave of resident blocks, so that array stays small.
+    /// a norm backward's parameter gradients), each block's (or cluster's) written as its
+    /// row of a partial array ([`Prepared::args`] names it; [`Plan::partial_rows`] counts
+    /// them): shared memory holds them before the caches, and the grid is one wave of
+    /// resident blocks, so that array stays small.
     pub column_sums: u32,
     /// Whether to launch the plan, or only return it (`plan_only` on the ops): everything
     /// before the launch (checks, occupancy questions, the kernel's lookup) runs either way,
@@ -264,37 +265,43 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             })
         };
         let threads = |path| block_kernel(path).map(|kernel| kernel.max_threads_per_block);
-        let block_limit = if self.column_sums > 0 && self.problem.force == Some(PathKind::Uncached) {
-            threads(Path::Uncached { block: 0 })?
-        } else if self.column_sums > 0 {
+        let block_limit = if self.column_sums > 0 {
             threads(Path::Shared { block: 0, shared_bytes: 0 })?
         } else {
             threads(Path::Uncached { block: 0 })?.min(threads(Path::Shared { block: 0, shared_bytes: 0 })?)
         };
-        // The block paths' gathered sums: one partial row a block, beside the cached row.
+        // The block paths' gathered sums: one partial row a block, beside the cached row (on
+        // a cluster, each block's slice of both). Counted as cached bytes, they would shrink
+        // with packs held in registers, so a gathering call counts none held (more shared
+        // memory than the kernel needs where it holds some).
         let cache_bytes_per_col = self.problem.cache_bytes_per_col + gathered_bytes_per_col(self.column_sums);
-        let problem = Problem { pack, block_pack, block_limit, cache_bytes_per_col, ..self.problem };
+        let cluster_held_packs = if self.column_sums > 0 { 0 } else { self.problem.cluster_held_packs };
+        let problem =
+            Problem { pack, block_pack, block_limit, cache_bytes_per_col, cluster_held_packs, ..self.problem };
         let mut plan = plan(&problem, gpu.info(), Occupancies { shared: &shared, cluster: &cluster })?;
         let kernel = kernel_for(&plan)?;
-        // The warp and uncached paths' gathered sums: a partial row for each lane group of a
-        // block, or for the block.
+        // The warp path's gathered sums: a partial row for each lane group of a block.
         let gathered_bytes = match plan.path {
             Path::Warp { width, .. } if self.column_sums > 0 => {
                 column_gather_bytes(ROW_WARP_BLOCK_SIZE / width, self.column_sums, problem.cols as u64) as u32
             }
-            Path::Uncached { .. } if self.column_sums > 0 => {
-                column_gather_bytes(1, self.column_sums, problem.cols as u64) as u32
-            }
             _ => 0,
         };
         if self.column_sums > 0 {
-            let resident = if let Path::Shared { block, shared_bytes } = plan.path {
-                shared(block, shared_bytes)?
-            } else {
-                let attributes = Attributes { dynamic_shared: gathered_bytes, carveout: None };
-                gpu.modules().blocks_per_multiprocessor(kernel, (plan.block(), gathered_bytes), attributes)?
+            // One wave of resident blocks (or clusters), a partial row each.
+            let sms = gpu.info().multiprocessors;
+            let resident_blocks = match plan.path {
+                Path::Cluster { cluster: blocks, block, shared_bytes } => {
+                    cluster(blocks, block, shared_bytes)?.max(1) * blocks
+                }
+                Path::Shared { block, shared_bytes } => shared(block, shared_bytes)?.max(1) * sms,
+                _ => {
+                    let attributes = Attributes { dynamic_shared: gathered_bytes, carveout: None };
+                    let per_sm = (plan.block(), gathered_bytes);
+                    gpu.modules().blocks_per_multiprocessor(kernel, per_sm, attributes)?.max(1) * sms
+                }
             };
-            plan.grid = plan.grid.min(resident.max(1) * gpu.info().multiprocessors);
+            plan.grid = plan.grid.min(resident_blocks);
         }
         if !self.launch {
             count(Tally::Planned, kernel.symbol);
@@ -311,9 +318,9 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             Path::Cluster { shared_bytes, .. } => {
                 gpu.modules().set_attributes(kernel, cluster_attributes(shared_bytes))?
             }
-            // Their gathered sums: the kernel's allowance may be another call's (an occupancy
+            // Its gathered sums: the kernel's allowance may be another call's (an occupancy
             // answered from memory sets nothing).
-            Path::Warp { .. } | Path::Uncached { .. } if gathered_bytes > 0 => {
+            Path::Warp { .. } if gathered_bytes > 0 => {
                 gpu.modules().set_attributes(kernel, Attributes { dynamic_shared: gathered_bytes, carveout: None })?
             }
             _ => {}

@@ -13,8 +13,8 @@ use super::{
 };
 use crate::abi::{RowShape, column_gather_bytes};
 use crate::arch::{
-    SharedAddr, block_dim_x, block_idx_x, dynamic_shared_addr, grid_dim_x, load_shared, store_shared, sync_threads,
-    thread_idx_x, wait_async_copies,
+    SharedAddr, block_dim_x, dynamic_shared_addr, load_shared, store_shared, sync_threads, thread_idx_x,
+    wait_async_copies,
 };
 use crate::pack::{Load, LoadOne, Store, StoreOne};
 use crate::reduce::{Sum, SumPair};
@@ -48,8 +48,9 @@ pub(crate) trait RowGradient<const N: usize> {
 /// Per-column sums a backward gathers from the pairs `(a, b)` of its rows, beside the rows'
 /// own sums (the norms' parameter gradients: `sum(dy * xhat)` and `sum(dy)` over the rows),
 /// so one read of the rows serves both. Each block adds its rows' terms up in shared memory
-/// ([`ColumnSlab`]) and writes the total as its row of `partial` (f32 `[sums, grid, cols]`);
-/// a second kernel adds those rows in order: no atomics, the same bits every run.
+/// ([`ColumnSlab`]) and writes the total into its row of `partial` (f32 `[sums, rows, cols]`,
+/// a row a block, or a cluster: [`RowSplit::partial_row`]); a second kernel adds those rows
+/// in order: no atomics, the same bits every run.
 pub(crate) trait ColumnGather {
     /// Whether anything is gathered (a plain backward gathers nothing: compiled out).
     const GATHERS: bool;
@@ -68,7 +69,7 @@ pub(crate) trait ColumnGather {
     /// their heads.
     unsafe fn scale<const Q: usize>(&self, col: u64, b: [f32; Q]) -> [f32; Q];
 
-    /// Generic address of the f32 `[sums, grid, cols]` partial rows.
+    /// Generic address of the f32 `[sums, rows, cols]` partial rows.
     fn partial(&self) -> u64;
 }
 
@@ -100,23 +101,30 @@ impl ColumnGather for NoGather {
 }
 
 /// A block's gathered column sums in shared memory, first in its dynamic shared memory
-/// (the row caches follow): `groups` partial rows of `sums x cols` f32, one per set of
-/// threads that never share a column (a lane group on the warp path, the block on the
-/// others), so each word has one writer and no atomics are needed. Empty where nothing is
-/// gathered.
+/// (the row caches follow): `groups` partial rows of `sums x cols` f32 for the `cols`
+/// columns from `first` ([`RowSplit::gathered_columns`]), one per set of threads that never
+/// share a column (a lane group on the warp path, the block on the others), so each word
+/// has one writer and no atomics are needed. Empty where nothing is gathered.
 #[derive(Clone, Copy)]
 struct ColumnSlab {
     base: SharedAddr,
+    first: u64,
     cols: u32,
     sums: u32,
     groups: u32,
+    /// The row's columns: the stride of the partial array's rows.
+    row_cols: u64,
+    /// This block's partial row, and the grid's count of them ([`RowSplit::partial_row`]).
+    partial_row: (u32, u32),
 }
 
 impl ColumnSlab {
     #[inline(always)]
-    fn new<C: ColumnGather>(gather: &C, shape: &RowShape, groups: u32) -> Self {
+    fn new<C: ColumnGather, R: RowSplit, const P: usize>(gather: &C, split: &R, shape: &RowShape, groups: u32) -> Self {
         let sums = if C::GATHERS { gather.sums() } else { 0 };
-        ColumnSlab { base: dynamic_shared_addr(), cols: shape.cols as u32, sums, groups }
+        let (first, cols) = split.gathered_columns::<P>(shape);
+        let (base, row_cols, partial_row) = (dynamic_shared_addr(), shape.cols, split.partial_row());
+        ColumnSlab { base, first, cols, sums, groups, row_cols, partial_row }
     }
 
     /// Where the shared memory after the slab starts.
@@ -127,7 +135,7 @@ impl ColumnSlab {
 
     #[inline(always)]
     fn at(&self, group: u32, k: usize, col: u64) -> SharedAddr {
-        self.base.offset(((group * self.sums + k as u32) * self.cols + col as u32) * 4)
+        self.base.offset(((group * self.sums + k as u32) * self.cols + (col - self.first) as u32) * 4)
     }
 
     /// Zeroes the slab where `C` gathers; every thread of the block calls it (a barrier).
@@ -156,7 +164,7 @@ impl ColumnSlab {
     /// `cols` of 4 where `Q` is; a constant after inlining), else a word at a time.
     ///
     /// # Safety
-    /// The columns must be inside the row, `group` below the slab's, and no other thread
+    /// The columns must be among the slab's, `group` below its groups, and no other thread
     /// of the block add to this group's columns meanwhile.
     #[inline(always)]
     unsafe fn add<const Q: usize>(&self, (group, col, aligned): (u32, u64, bool), term: impl Fn(usize, usize) -> f32) {
@@ -181,34 +189,36 @@ impl ColumnSlab {
         });
     }
 
-    /// Writes the block's total of each column, its groups added in order, as its row of
-    /// `gather`'s partial array, where it gathers; every thread of the block calls it (a
-    /// barrier).
+    /// Writes the block's total of each of its columns, its groups added in order, into
+    /// its partial row of `gather`'s partial array, where it gathers; every thread of the
+    /// block calls it (a barrier).
     ///
     /// # Safety
-    /// The partial array must hold `sums x grid x cols` f32.
+    /// The partial array must hold `sums x rows x cols` f32 for the rows of
+    /// [`RowSplit::partial_row`].
     #[inline(always)]
     unsafe fn finish<C: ColumnGather>(&self, gather: &C) {
         if !C::GATHERS {
             return;
         }
-        let (grid, block, cols) = (grid_dim_x() as u64, block_idx_x() as u64, self.cols as u64);
+        let (row, rows) = (self.partial_row.0 as u64, self.partial_row.1 as u64);
         let partial = gather.partial() as *mut f32;
         // SAFETY: the slab's words and this block's row of `partial`.
         unsafe {
             sync_threads();
-            let mut col = thread_idx_x();
-            while col < self.cols {
+            let mut local = thread_idx_x();
+            while local < self.cols {
+                let col = self.first + local as u64;
                 unroll::<2>(|k| {
                     if (k as u32) < self.sums {
                         let mut total = 0.0;
                         for group in 0..self.groups {
-                            total += f32::from_bits(load_shared(self.at(group, k, col as u64), 4)[0]);
+                            total += f32::from_bits(load_shared(self.at(group, k, col), 4)[0]);
                         }
-                        partial.add(((k as u64 * grid + block) * cols + col as u64) as usize).write(total);
+                        partial.add(((k as u64 * rows + row) * self.row_cols + col) as usize).write(total);
                     }
                 });
-                col += block_dim_x();
+                local += block_dim_x();
             }
         }
     }
@@ -339,7 +349,7 @@ where
         let &BackwardRows { op, load_a, load_b, store, gather, shape } = self;
         let slice = split.slice::<P>(shape);
         // The gathered sums, then a's cache, then b's.
-        let slab = ColumnSlab::new(gather, shape, 1);
+        let slab = ColumnSlab::new::<C, R, P>(gather, split, shape, 1);
         let cache_a = HeldRowCache::<LA::Exact, P, HELD>::new(slab.end(), slice);
         let cache_b = HeldRowCache::<LB::Exact, P, HELD>::new(cache_a.end(), slice);
         // SAFETY (block): the launch sizes shared memory for the slab and both caches; each
@@ -381,7 +391,7 @@ where
     unsafe fn uncached<const PHASED: bool>(&self) {
         let &BackwardRows { op, load_a, load_b, store, gather, shape } = self;
         let slice = Slice::whole::<P>(shape);
-        let slab = ColumnSlab::new(gather, shape, 1);
+        let slab = ColumnSlab::new::<C, _, P>(gather, &BlockSplit, shape, 1);
         // SAFETY (block): every column visited is a pack or an edge element inside the row;
         // the launch sizes shared memory for the slab, whose columns are each one thread's
         // within a row (the reductions' barriers order rows).
@@ -420,7 +430,7 @@ where
         let at = WarpRows::new::<E>(shape);
         // The block's lane groups (a power of two of lanes each: shifts, no division).
         let width_log2 = at.width.trailing_zeros();
-        let slab = ColumnSlab::new(gather, shape, block_dim_x() >> width_log2);
+        let slab = ColumnSlab::new::<C, _, P>(gather, &BlockSplit, shape, block_dim_x() >> width_log2);
         let group = thread_idx_x() >> width_log2;
         // SAFETY (block): loads and stores stay in range (warp_load, warp_store), and the whole
         // warp runs the same iterations; a group's columns are its own in the slab, which the
@@ -458,14 +468,9 @@ where
                     let row = at.holds::<E>(r, first, shape.rows).then_some(first + r as u64);
                     op.row(row, &unrolled_array(|k| sums[k][r]))
                 });
-                warp_store::<S, _, P, E>(
-                    store,
-                    at,
-                    first,
-                    shape,
-                    |_| (),
-                    |r, i, _, ()| unrolled_array(|j| G::apply(grad[r], a[r][i + j], b[r][i + j])),
-                );
+                warp_store::<S, P, E>(store, at, first, shape, |r, i, _| {
+                    unrolled_array(|j| G::apply(grad[r], a[r][i + j], b[r][i + j]))
+                });
             });
             slab.finish(gather);
         }
@@ -476,8 +481,9 @@ where
     ///
     /// # Safety
     /// The loads and the store must cover `shape`'s rows, the launch have `PATH`'s geometry
-    /// (and, where the call gathers, shared memory for its [`ColumnSlab`] first and a grid
-    /// `partial` holds), and rows not aligned to `P` come only with a phased or warp path.
+    /// (and, where the call gathers, shared memory for its [`ColumnSlab`] first and the
+    /// partial rows of [`RowSplit::partial_row`] in `partial`), and rows not aligned to `P`
+    /// come only with a phased or warp path.
     #[inline(always)]
     pub(crate) unsafe fn run<const PATH: RowPath, const HELD: usize>(&self) {
         // SAFETY: forwarded to the caller.

@@ -442,17 +442,10 @@ where
                 });
             }
             if O::ELEMENTS {
-                warp_store::<_, _, P, E>(
-                    &EachPack(outputs),
-                    at,
-                    first,
-                    shape,
-                    |_| (),
-                    |r, i, col, ()| {
-                        let params = op.prepare(op.fetch_params::<P>(col));
-                        op.output(stats[r], unrolled_array(|j| buf[r][i + j]), true, params)
-                    },
-                );
+                warp_store::<_, P, E>(&EachPack(outputs), at, first, shape, |r, i, col| {
+                    let params = op.prepare(op.fetch_params::<P>(col));
+                    op.output(stats[r], unrolled_array(|j| buf[r][i + j]), true, params)
+                });
             }
         });
     }

@@ -300,33 +300,20 @@ pub(crate) unsafe fn warp_load<L: Load<P>, const P: usize, const E: usize>(
     buf
 }
 
-/// Stores up to two rows through `store`, a group of packs at a time: `fetch(col)` for the
-/// group first (per-column data the outputs need, such as gamma; `()` for none), then
-/// `values(r, i, col, fetched)` gives the pack starting at element `i` (column `col`) of row
-/// `r` of the access.
+/// Stores up to two rows through `store`: `values(r, i, col)` gives the pack starting at
+/// element `i` (column `col`) of row `r` of the access.
 #[inline(always)]
-pub(crate) unsafe fn warp_store<S: Store<P>, V: Copy, const P: usize, const E: usize>(
+pub(crate) unsafe fn warp_store<S: Store<P>, const P: usize, const E: usize>(
     store: &S,
     at: &WarpRows,
     first: u64,
     args: &RowShape,
-    fetch: impl Fn(u64) -> V,
-    values: impl Fn(usize, usize, u64, V) -> [f32; P],
+    values: impl Fn(usize, usize, u64) -> [f32; P],
 ) {
     let at = &at.pinned();
-    let group = const { fetch_group::<V>(E) };
-    unroll::<E>(|start| {
-        if start % group == 0 && start * P < E {
-            let packs = start..start + group;
-            let mut fetched = [[MaybeUninit::<V>::uninit(); E]; 2];
-            at.for_each_slot::<P, E>(first, args, packs.clone(), |r, i, _, col| {
-                fetched[r][i].write(fetch(col));
-            });
-            // SAFETY: as in warp_load; every slot was fetched just above.
-            at.for_each_pack::<P, E>(first, args, packs, |r, i, row, col| unsafe {
-                store.store(values(r, i, col, fetched[r][i].assume_init()), row, col)
-            });
-        }
+    // SAFETY: each pack is inside the view (for_each_pack keeps to the rows and columns).
+    at.for_each_pack::<P, E>(first, args, 0..E / P, |r, i, row, col| unsafe {
+        store.store(values(r, i, col), row, col)
     });
 }
 
@@ -430,6 +417,14 @@ pub(crate) trait RowSplit {
     /// row's single elements outside its aligned packs.
     fn leads(&self) -> bool;
 
+    /// The columns of every row whose per-column sums this block gathers (a backward's
+    /// column slab): `(first, count)`. All of them for a block, its slice's on a cluster.
+    fn gathered_columns<const P: usize>(&self, shape: &RowShape) -> (u64, u32);
+
+    /// This block's partial row of gathered column sums and how many partial rows the grid
+    /// writes: one a block, or one a cluster, each block writing its slice's columns.
+    fn partial_row(&self) -> (u32, u32);
+
     /// The column of the one element outside `PHASED` row `at`'s aligned packs of `P` that
     /// this thread takes, if any ([`RowShape::edges`]: at most 14, so one thread each of
     /// the first block).
@@ -467,6 +462,16 @@ impl RowSplit for BlockSplit {
     #[inline(always)]
     fn leads(&self) -> bool {
         true
+    }
+
+    #[inline(always)]
+    fn gathered_columns<const P: usize>(&self, shape: &RowShape) -> (u64, u32) {
+        (0, shape.cols as u32)
+    }
+
+    #[inline(always)]
+    fn partial_row(&self) -> (u32, u32) {
+        (block_idx_x(), grid_dim_x())
     }
 
     #[inline(always)]
@@ -550,6 +555,17 @@ impl RowSplit for ClusterSplit {
     #[inline(always)]
     fn leads(&self) -> bool {
         cluster_rank() == 0
+    }
+
+    #[inline(always)]
+    fn gathered_columns<const P: usize>(&self, shape: &RowShape) -> (u64, u32) {
+        let slice = self.slice::<P>(shape);
+        (slice.first * P as u64, (slice.packs * P as u64) as u32)
+    }
+
+    #[inline(always)]
+    fn partial_row(&self) -> (u32, u32) {
+        (cluster_id(), clusters())
     }
 
     #[inline(always)]
