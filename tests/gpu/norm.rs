@@ -101,6 +101,8 @@ pub fn run(suite: &mut Suite) {
     special_rows::<f32>(suite);
     special_rows::<f16>(suite);
     special_rows::<bf16>(suite);
+    widest_gathering::<f32>(suite);
+    widest_gathering::<bf16>(suite);
     finite_differences(suite);
     bad_input(suite);
     // Last: it faulted before the parameter gradients skipped an absent dweight, and a
@@ -1021,6 +1023,20 @@ fn special_rows<T: Element>(suite: &mut Suite) {
             forward_case::<T, T, T>(suite, Spec::RMS.eps(eps), at, Data::Mixed);
             backward_case::<T, T>(suite, Spec::LAYER.eps(eps), at, Data::Mixed);
             backward_case::<T, T>(suite, Spec::RMS.eps(eps), at, Data::Mixed);
+        }
+    }
+}
+
+/// The backward with its parameter gradients on the widest rows whose sums the clusters
+/// gather, each of up to 16 blocks its slice's (f32 LayerNorm at 131072 columns, RMSNorm in
+/// 16 bits at 262144), and past them, where a second kernel sums the columns (f32 LayerNorm
+/// at 262144), on the dispatcher's plans.
+fn widest_gathering<T: Element>(suite: &mut Suite) {
+    for cols in [131072, 262144] {
+        for rows in [3, 9] {
+            let at = At::new(rows, cols, None);
+            backward_case::<T, T>(suite, Spec::LAYER, at, Data::Mixed);
+            backward_case::<T, T>(suite, Spec::RMS, at, Data::Mixed);
         }
     }
 }
