@@ -417,8 +417,18 @@ pub fn gathers_columns(problem: &Problem, sums: u32, device: &DeviceInfo) -> boo
 /// shared memory.
 fn fits_a_cluster(cols: u64, per_col: u32, device: &DeviceInfo) -> bool {
     let slice_cols = cols.div_ceil(MAX_CLUSTER_BLOCKS as u64).next_multiple_of(PACK_BYTES as u64);
-    let limit = device.max_shared_bytes_per_block_optin.saturating_sub(CLUSTER_STATIC_SHARED_BYTES) as u64;
-    device.compute_capability.0 >= 9 && slice_cols * per_col as u64 <= limit
+    has_clusters(device) && slice_cols * per_col as u64 <= cluster_block_bytes(device)
+}
+
+/// Whether the GPU runs thread-block clusters (sm_90 on).
+fn has_clusters(device: &DeviceInfo) -> bool {
+    device.compute_capability.0 >= 9
+}
+
+/// The dynamic shared memory a cluster block's slice may take beside the cluster kernels'
+/// static shared memory.
+fn cluster_block_bytes(device: &DeviceInfo) -> u64 {
+    device.max_shared_bytes_per_block_optin.saturating_sub(CLUSTER_STATIC_SHARED_BYTES) as u64
 }
 
 /// Waves of resident clusters the cluster path's grid holds. A cluster works through its
@@ -441,10 +451,10 @@ fn cluster_plan(
     device: &DeviceInfo,
     occupancy: ClusterOccupancy<'_>,
 ) -> crate::Result<Option<Plan>> {
-    if device.compute_capability.0 < 9 {
+    if !has_clusters(device) {
         return Ok(None);
     }
-    let limit = device.max_shared_bytes_per_block_optin.saturating_sub(CLUSTER_STATIC_SHARED_BYTES) as u64;
+    let limit = cluster_block_bytes(device);
     let pack = problem.block_pack.max(1) as u64;
     let slice_bytes = |cluster: u32, block: u32| {
         let held = problem.cluster_held_packs as u64 * block as u64;
