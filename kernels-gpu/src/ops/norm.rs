@@ -610,7 +610,15 @@ impl RowGradient<2> for Backward {
 /// # Safety
 /// See `view`; dy and dx have the input's shape (U is T for backward kernels).
 #[inline(always)]
-unsafe fn backward_rows<T: Scalar, U: Scalar, G: Scalar, C: ColumnGather, const P: usize, const PATH: RowPath>(
+unsafe fn backward_rows<
+    T: Scalar,
+    U: Scalar,
+    G: Scalar,
+    C: ColumnGather,
+    const P: usize,
+    const PATH: RowPath,
+    const SUMS_HELD: usize,
+>(
     args: &NormArgs,
     gamma: Option<ColumnLoad<G>>,
     gather: &C,
@@ -634,14 +642,16 @@ unsafe fn backward_rows<T: Scalar, U: Scalar, G: Scalar, C: ColumnGather, const 
             gather,
             shape: &args.shape,
         };
-        rows.run::<PATH, 0>();
+        rows.run::<PATH, 0, SUMS_HELD>();
     }
 }
 
 #[inline(always)]
 pub unsafe fn backward<T: Scalar, U: Scalar, G: Scalar, const P: usize, const PATH: RowPath>(args: &NormArgs) {
     // SAFETY: see `view`; gamma holds `cols` elements where given.
-    unsafe { backward_rows::<T, U, G, _, P, PATH>(args, column::<G, P, PATH>(args.gamma, args.shape.cols), &NoGather) }
+    unsafe {
+        backward_rows::<T, U, G, _, P, PATH, 0>(args, column::<G, P, PATH>(args.gamma, args.shape.cols), &NoGather)
+    }
 }
 
 /// The backward with dgamma's and dbeta's column sums gathered from its rows, each block's
@@ -656,8 +666,22 @@ pub unsafe fn backward_params<T: Scalar, U: Scalar, G: Scalar, const P: usize, c
     unsafe {
         let weight = ColumnScale::<G, PATH> { gamma: column::<G, P, PATH>(args.gamma, args.shape.cols) };
         let gather = ParamColumns { weight, rms: args.rms != 0, partial: args.partial };
-        backward_rows::<T, U, G, _, P, PATH>(args, None, &gather);
+        if holds_param_sums::<T, PATH>() {
+            backward_rows::<T, U, G, _, P, PATH, 1>(args, None, &gather);
+        } else {
+            backward_rows::<T, U, G, _, P, PATH, 0>(args, None, &gather);
+        }
     }
+}
+
+/// Whether the backward on `PATH` keeps the parameter gradients' column sums of each
+/// thread's first pack in registers across its rows (the rest in shared memory): f32 rows
+/// on the shared path. Measured on the H100 (49152 rows, against the sums all in shared
+/// memory): f32 at 1024-16384 columns gained 1-5 points of copy (56 registers, from 40);
+/// 16-bit rows (72, from 48) lost up to 6.5 points at 1024-4096, and the cluster kernels
+/// (72 and 94, past a block of 1024's 64) lost 4 on RMSNorm at 24576 and 32768.
+const fn holds_param_sums<T: Scalar, const PATH: RowPath>() -> bool {
+    size_of::<T>() == 4 && matches!(PATH, RowPath::Shared)
 }
 
 /// dgamma's and dbeta's terms of a row: `dy * xhat` and `dy`, column sums of the row

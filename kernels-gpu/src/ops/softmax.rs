@@ -563,7 +563,7 @@ pub unsafe fn backward<T: Scalar, const P: usize, const PATH: RowPath>(args: &So
             gather: &NoGather,
             shape: &args.shape,
         };
-        rows.run::<PATH, SOFTMAX_BACKWARD_HELD_PACKS>();
+        rows.run::<PATH, SOFTMAX_BACKWARD_HELD_PACKS, 0>();
     }
 }
 

@@ -343,15 +343,18 @@ where
     }
 
     /// Both rows cached in shared memory, split over blocks as `split` says, `HELD` packs of
-    /// each per thread in registers ([`HeldRowCache`]).
+    /// each per thread in registers ([`HeldRowCache`]); the column sums of each thread's
+    /// first `SUMS_HELD` packs in registers across rows where the rows are aligned (each
+    /// thread takes the same packs of every row, so none shares them), the rest in the slab.
     #[inline(always)]
-    unsafe fn cached<R: RowSplit, const PHASED: bool, const HELD: usize>(&self, split: &R) {
+    unsafe fn cached<R: RowSplit, const PHASED: bool, const HELD: usize, const SUMS_HELD: usize>(&self, split: &R) {
         let &BackwardRows { op, load_a, load_b, store, gather, shape } = self;
         let slice = split.slice::<P>(shape);
         // The gathered sums, then a's cache, then b's.
         let slab = ColumnSlab::new::<C, R, P>(gather, split, shape, 1);
         let cache_a = HeldRowCache::<LA::Exact, P, HELD>::new(slab.end(), slice);
         let cache_b = HeldRowCache::<LB::Exact, P, HELD>::new(cache_a.end(), slice);
+        let mut held_sums = [[[0.0; P]; SUMS_HELD]; 2];
         // SAFETY (block): the launch sizes shared memory for the slab and both caches; each
         // thread touches only its own packs' slots and columns, so no barrier is needed
         // beyond those in the reductions (which also order one row's gathering before the
@@ -374,14 +377,28 @@ where
                 reduce_sums(split, &mut sums);
                 let grad = op.row(Some(row), &sums);
                 self.store_edge(&slab, row, grad, edge);
-                cache_a.packs(at, |pack, col| {
+                cache_a.numbered_packs::<SUMS_HELD>(at, |pack, col, number| {
                     let (a, b) = read(pack, col);
-                    let b = self.gather_pack(&slab, (0, col, !PHASED), a, b);
+                    let b = match number {
+                        Some(n) if C::GATHERS && !PHASED => {
+                            unroll::<2>(|k| unroll::<P>(|j| held_sums[k][n][j] += gather.term(k, a[j], b[j])));
+                            gather.scale(col, b)
+                        }
+                        _ => self.gather_pack(&slab, (0, col, !PHASED), a, b),
+                    };
                     store.store(unrolled_array(|j| G::apply(grad, a[j], b[j])), row, col);
                     cache_a.prefetch(load_a, at, pack);
                     cache_b.prefetch(load_b, at, pack);
                 });
             });
+            if C::GATHERS && !PHASED {
+                // This thread's columns: no other thread of the block adds to them.
+                unroll::<SUMS_HELD>(|n| {
+                    if let Some((_, col)) = slice.thread_pack::<P>(n) {
+                        slab.add::<P>((0, col, true), |k, j| held_sums[k][n][j]);
+                    }
+                });
+            }
             slab.finish(gather);
         }
     }
@@ -477,7 +494,8 @@ where
     }
 
     /// The backward body of path `PATH`, `HELD` packs of each row per thread in registers on
-    /// the cluster path (see [`HeldRowCache`]).
+    /// the cluster path (see [`HeldRowCache`]), and the gathered column sums of `SUMS_HELD`
+    /// packs a thread on the aligned cached paths (see [`BackwardRows::cached`]).
     ///
     /// # Safety
     /// The loads and the store must cover `shape`'s rows, the launch have `PATH`'s geometry
@@ -485,18 +503,18 @@ where
     /// partial rows of [`RowSplit::partial_row`] in `partial`), and rows not aligned to `P`
     /// come only with a phased or warp path.
     #[inline(always)]
-    pub(crate) unsafe fn run<const PATH: RowPath, const HELD: usize>(&self) {
+    pub(crate) unsafe fn run<const PATH: RowPath, const HELD: usize, const SUMS_HELD: usize>(&self) {
         // SAFETY: forwarded to the caller.
         unsafe {
             match PATH {
                 RowPath::Uncached => self.uncached::<false>(),
                 RowPath::UncachedPhased => self.uncached::<true>(),
-                RowPath::Shared => self.cached::<_, false, 0>(&BlockSplit),
-                RowPath::SharedPhased => self.cached::<_, true, 0>(&BlockSplit),
+                RowPath::Shared => self.cached::<_, false, 0, SUMS_HELD>(&BlockSplit),
+                RowPath::SharedPhased => self.cached::<_, true, 0, 0>(&BlockSplit),
                 #[cfg(feature = "cluster")]
-                RowPath::Cluster => ClusterSplit::run(|split| self.cached::<_, false, HELD>(split)),
+                RowPath::Cluster => ClusterSplit::run(|split| self.cached::<_, false, HELD, SUMS_HELD>(split)),
                 #[cfg(feature = "cluster")]
-                RowPath::ClusterPhased => ClusterSplit::run(|split| self.cached::<_, true, HELD>(split)),
+                RowPath::ClusterPhased => ClusterSplit::run(|split| self.cached::<_, true, HELD, 0>(split)),
                 _ => on_warp_path!(PATH, E => self.warp::<E>()),
             }
         }

@@ -373,6 +373,14 @@ impl Slice {
         self.head + (self.first + local) * P as u64
     }
 
+    /// Pack `local` of the slice and its first column, for this thread's `n`-th pack in
+    /// [`block_packs`] order, if it has that many.
+    #[inline(always)]
+    fn thread_pack<const P: usize>(&self, n: usize) -> Option<(u64, u64)> {
+        let local = thread_idx_x() as u64 + n as u64 * block_dim_x() as u64;
+        (local < self.packs).then(|| (local, self.col::<P>(local)))
+    }
+
     /// Share `rank` of `ranks` of a row of `shape`: consecutive packs, the last share shorter
     /// (or empty).
     #[cfg(feature = "cluster")]
@@ -613,9 +621,17 @@ impl RowSplit for ClusterSplit {
 /// docs/PERF.md, "The loops' own instructions"). The host's widest row (`MAX_COLS`, under
 /// 2^31) keeps the count from wrapping.
 #[inline(always)]
-pub(crate) fn block_packs<const P: usize>(slice: Slice, mut f: impl FnMut(u64, u64)) {
+pub(crate) fn block_packs<const P: usize>(slice: Slice, f: impl FnMut(u64, u64)) {
+    block_packs_from::<P>(slice, 0, f);
+}
+
+/// As [`block_packs`], from this thread's pack `skip` of the slice (its first `skip` taken
+/// elsewhere).
+#[inline(always)]
+fn block_packs_from<const P: usize>(slice: Slice, skip: u32, mut f: impl FnMut(u64, u64)) {
     let (packs, block) = (slice.packs as u32, block_dim_x());
-    let (mut count, mut local) = (thread_idx_x(), thread_idx_x() as u64);
+    let first = thread_idx_x() + skip * block;
+    let (mut count, mut local) = (first, first as u64);
     while count < packs {
         f(local, slice.col::<P>(local));
         count += block;
@@ -932,19 +948,37 @@ impl<C: Scalar, const P: usize, const HELD: usize> HeldRowCache<C, P, HELD> {
     /// first (as [`block_packs`] orders them).
     #[inline(always)]
     pub(crate) fn packs(&self, at: BlockRow, mut f: impl FnMut(CachedPack, u64)) {
-        self.held_packs(at, |k, col| f(CachedPack::Held(k), col));
-        block_packs::<P>(self.shared.slice.in_row(at), |local, col| f(CachedPack::Shared(local), col));
+        self.numbered_packs::<0>(at, |pack, col, _| f(pack, col));
+    }
+
+    /// As [`HeldRowCache::packs`], with `Some(n)` for this thread's `n`-th pack where `n`
+    /// is below `K`: those calls are unrolled, so `n` is a constant that may index registers.
+    #[inline(always)]
+    pub(crate) fn numbered_packs<const K: usize>(
+        &self,
+        at: BlockRow,
+        mut f: impl FnMut(CachedPack, u64, Option<usize>),
+    ) {
+        self.held_packs(at, |k, col| f(CachedPack::Held(k), col, (k < K).then_some(k)));
+        let shared = self.shared.slice.in_row(at);
+        unroll::<K>(|n| {
+            if n >= HELD
+                && let Some((local, col)) = shared.thread_pack::<P>(n - HELD)
+            {
+                f(CachedPack::Shared(local), col, Some(n));
+            }
+        });
+        let skip = K.saturating_sub(HELD) as u32;
+        block_packs_from::<P>(shared, skip, |local, col| f(CachedPack::Shared(local), col, None));
     }
 
     /// Calls `f(k, col)` for this thread's held packs of the slice of row `at`.
     #[inline(always)]
     fn held_packs(&self, at: BlockRow, mut f: impl FnMut(usize, u64)) {
         let slice = self.slice.in_row(at);
-        let (thread, block) = (thread_idx_x() as u64, block_dim_x() as u64);
         unroll::<HELD>(|k| {
-            let local = thread + k as u64 * block;
-            if local < slice.packs {
-                f(k, slice.col::<P>(local));
+            if let Some((_, col)) = slice.thread_pack::<P>(k) {
+                f(k, col);
             }
         });
     }
