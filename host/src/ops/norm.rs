@@ -609,7 +609,8 @@ impl Norm {
         // The parameter gradients gathered from the rows as dx reads them, where that
         // kernel has a path: aligned rows on the warp path, or in one block's shared memory
         // or a cluster's (each block its slice's sums). Elsewhere (rows run from their
-        // heads, rows too wide, a forced path) `param_grad` reads x and dy again.
+        // heads, rows too wide, a forced path, or a plan off those paths on this device:
+        // `Prepared::gathers`) `param_grad` reads x and dy again.
         let sums = match kind {
             NormKind::LayerNorm => 2,
             NormKind::RmsNorm => 1,
@@ -620,6 +621,7 @@ impl Norm {
             && row.aligned()
             && gathers_columns(&row.problem, sums, row.stream.gpu().info());
         if gathers {
+            row.ungathered = Some(row.kernels);
             row.kernels = RowKernels::Norm { kind: NormKernelKind::BackwardParams, dtypes };
             row.column_sums = sums;
         }
@@ -647,7 +649,7 @@ impl Norm {
         if !prepared.launches() || !wants_params {
             return launch_reading_copies::<G>(stream, op, prepared);
         }
-        if !gathers {
+        if !prepared.gathers {
             let plan = launch_reading_copies::<G>(stream, op, prepared)?;
             // x and dy passed the row kernel's pack check, so its pack serves stage 1, unless
             // the rows ran from their heads (stage 1 reads whole packs of columns).

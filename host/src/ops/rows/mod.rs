@@ -5,7 +5,7 @@
 pub mod dispatch;
 
 use crate::Stream;
-use crate::error::{Result, invalid};
+use crate::error::{Error, Result, invalid};
 use crate::fuse::FusedModule;
 use crate::launch::{LaunchConfig, Tally, active_clusters, count, launch};
 use crate::module::{Attributes, Kernel, KernelKey};
@@ -127,6 +127,9 @@ pub(crate) struct RowCall<'a, A: RowArgs> {
     /// them): shared memory holds them before the caches, and the grid is one wave of
     /// resident blocks, so that array stays small.
     pub column_sums: u32,
+    /// Kernels that gather nothing, planned with where the gathering ones have no kernel on
+    /// the path the planner picks ([`Prepared::gathers`] then says so).
+    pub ungathered: Option<RowKernels<'a>>,
     /// Whether to launch the plan, or only return it (`plan_only` on the ops): everything
     /// before the launch (checks, occupancy questions, the kernel's lookup) runs either way,
     /// so the answer and its errors are the launch's; the kernel it would launch is counted
@@ -201,6 +204,7 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             column_bytes: 0,
             columns_before_blocks: false,
             column_sums: 0,
+            ungathered: None,
             launch,
             stream,
         }
@@ -279,7 +283,16 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
         let problem =
             Problem { pack, block_pack, block_limit, cache_bytes_per_col, cluster_held_packs, ..self.problem };
         let mut plan = plan(&problem, gpu.info(), Occupancies { shared: &shared, cluster: &cluster })?;
-        let kernel = kernel_for(&plan)?;
+        let kernel = match (kernel_for(&plan), self.ungathered) {
+            // The gathering kernels have none on the path planned (the op's estimate of where
+            // they run did not hold on this device): planned again with kernels that gather
+            // nothing, the op then sums the columns another way.
+            (Err(Error::Unsupported(_)), Some(kernels)) if self.column_sums > 0 => {
+                (self.kernels, self.column_sums, self.ungathered) = (kernels, 0, None);
+                return self.prepare();
+            }
+            (kernel, _) => kernel?,
+        };
         // The warp path's gathered sums: a partial row for each lane group of a block.
         let gathered_bytes = match plan.path {
             Path::Warp { width, .. } if self.column_sums > 0 => {
@@ -305,7 +318,7 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
         }
         if !self.launch {
             count(Tally::Planned, kernel.symbol);
-            return Ok(Prepared { plan, args: self.args, launch: None });
+            return Ok(Prepared { plan, args: self.args, gathers: self.column_sums > 0, launch: None });
         }
         match plan.path {
             Path::Shared { block, shared_bytes, .. } => {
@@ -338,7 +351,12 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             shared_bytes: plan.shared_bytes() + gathered_bytes,
             cluster: plan.cluster(),
         };
-        Ok(Prepared { plan, args: self.args, launch: Some((self.stream, kernel, config)) })
+        Ok(Prepared {
+            plan,
+            args: self.args,
+            gathers: self.column_sums > 0,
+            launch: Some((self.stream, kernel, config)),
+        })
     }
 }
 
@@ -348,6 +366,8 @@ pub(crate) struct Prepared<'a, A> {
     /// The kernel's arguments, which the op may still complete (a partial array sized by
     /// the plan's grid).
     pub args: A,
+    /// Whether the kernel gathers the call's column sums ([`RowCall::column_sums`]).
+    pub gathers: bool,
     /// The stream, kernel and geometry; `None` for a call that only plans.
     launch: Option<(&'a Stream, Kernel, LaunchConfig)>,
 }
