@@ -677,9 +677,11 @@ pub unsafe fn backward_params<T: Scalar, U: Scalar, G: Scalar, const P: usize, c
 /// Whether the backward on `PATH` keeps the parameter gradients' column sums of each
 /// thread's first pack in registers across its rows (the rest in shared memory): f32 rows
 /// on the shared path. Measured on the H100 (49152 rows, against the sums all in shared
-/// memory): f32 at 1024-16384 columns gained 1-5 points of copy (56 registers, from 40);
-/// 16-bit rows (72, from 48) lost up to 6.5 points at 1024-4096, and the cluster kernels
-/// (72 and 94, past a block of 1024's 64) lost 4 on RMSNorm at 24576 and 32768.
+/// memory, four runs over two starts of the machine): f32 gained 2.6-4.4 points of copy at
+/// 1024 columns and about one at 2048-16384, but lost about 2 on LayerNorm at 8192 (56
+/// registers, from 40); 16-bit rows (72, from 48) lost up to 6.5 points at 1024-4096, and
+/// the cluster kernels (72 and 94, past a block of 1024's 64) lost 4 on RMSNorm at 24576
+/// and 32768.
 const fn holds_param_sums<T: Scalar, const PATH: RowPath>() -> bool {
     size_of::<T>() == 4 && matches!(PATH, RowPath::Shared)
 }
