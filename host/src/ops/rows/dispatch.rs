@@ -155,6 +155,11 @@ pub struct Problem {
     /// Packs of each cached array every thread of the cluster kernel keeps in registers,
     /// which its block's shared memory need not hold.
     pub cluster_held_packs: u32,
+    /// Bytes per column of the column sums a block gathers beside its cache (a norm
+    /// backward's parameter gradients, f32 each; 0 for none): one partial row in shared
+    /// memory, of the whole row on the shared path, of its slice on a cluster, held packs
+    /// or not.
+    pub gathered_bytes_per_col: u32,
     /// The most threads per block the block-path kernels launch with (their register use
     /// decides it; the driver reports it).
     pub block_limit: u32,
@@ -363,7 +368,7 @@ fn block_grid(rows: usize, block: u32, device: &DeviceInfo) -> u32 {
 /// H100 (a user's int8 softmax, 4096x32000), 4 blocks of 512 ran in 147-149 µs against
 /// 151-152 for 7 of 256.
 fn shared_plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancy<'_>) -> crate::Result<Option<(Plan, u32)>> {
-    let bytes = problem.cols as u64 * problem.cache_bytes_per_col as u64;
+    let bytes = problem.cols as u64 * (problem.cache_bytes_per_col + problem.gathered_bytes_per_col) as u64;
     if !fits_a_block(bytes, device) {
         return Ok(None);
     }
@@ -390,8 +395,8 @@ fn fits_a_block(bytes: u64, device: &DeviceInfo) -> bool {
     bytes <= device.max_shared_bytes_per_block_optin.saturating_sub(ROW_STATIC_SHARED_BYTES) as u64
 }
 
-/// Bytes per column a block's gathered column sums add to its cached row ([`Problem::cols`]
-/// of them on the block paths: one partial row a block).
+/// Bytes per column a block's gathered column sums add to its cached row
+/// ([`Problem::gathered_bytes_per_col`] for `sums` f32 sums).
 pub fn gathered_bytes_per_col(sums: u32) -> u32 {
     column_gather_bytes(1, sums, 1) as u32
 }
@@ -457,8 +462,9 @@ fn cluster_plan(
     let limit = cluster_block_bytes(device);
     let pack = problem.block_pack.max(1) as u64;
     let slice_bytes = |cluster: u32, block: u32| {
-        let held = problem.cluster_held_packs as u64 * block as u64;
-        problem.slice_packs(cluster).saturating_sub(held) * pack * problem.cache_bytes_per_col as u64
+        let (packs, held) = (problem.slice_packs(cluster), problem.cluster_held_packs as u64 * block as u64);
+        let cached = packs.saturating_sub(held) * problem.cache_bytes_per_col as u64;
+        (cached + packs * problem.gathered_bytes_per_col as u64) * pack
     };
     for cluster in ROW_CLUSTER_SIZES {
         for block in BLOCK_SIZES.into_iter().rev().filter(|&b| b <= problem.block_limit) {
@@ -564,6 +570,7 @@ mod tests {
             block_pack: pack,
             cache_bytes_per_col: 4,
             cluster_held_packs: 0,
+            gathered_bytes_per_col: 0,
             block_limit: 1024,
             warp_max_cols: WARP_MAX_COLS,
             reads_once: false,
@@ -793,6 +800,11 @@ mod tests {
         narrow.force = Some(PathKind::Cluster);
         let p = plan(&narrow, &h100(), OCCUPANCY).unwrap();
         assert_eq!(p.path, Path::Cluster { cluster: 2, block: 1024, shared_bytes: 0 });
+        // Gathered column sums stay in shared memory: the slice's 2048 columns of one f32
+        // sum beside what its held packs leave of the cache.
+        narrow.gathered_bytes_per_col = 4;
+        let p = plan(&narrow, &h100(), OCCUPANCY).unwrap();
+        assert_eq!(p.path, Path::Cluster { cluster: 2, block: 1024, shared_bytes: 2048 * 4 });
     }
 
     #[test]

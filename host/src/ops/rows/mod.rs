@@ -99,8 +99,9 @@ pub(crate) struct RowCall<'a, A: RowArgs> {
     pub kernels: RowKernels<'a>,
     /// The widest pack the kernels have (elements per 16-byte access of the widest dtype).
     pub widest: usize,
-    /// What the planner is asked, but for what [`RowCall::run`] works out from `arrays` and
-    /// the kernels: `pack`, `block_pack` and `block_limit`.
+    /// What the planner is asked, but for what [`RowCall::run`] works out from `arrays`,
+    /// the kernels and `column_sums`: `pack`, `block_pack`, `block_limit` and
+    /// `gathered_bytes_per_col`.
     pub problem: Problem,
     /// (address, element bytes) of every array read or written in packs along the row; the
     /// pack is the widest only if all are aligned to it (or to 16 bytes, for wider types).
@@ -184,6 +185,8 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             block_limit: 0,
             cache_bytes_per_col: size_of::<f32>() as u32,
             cluster_held_packs: 0,
+            // Worked out by `prepare` from `column_sums`.
+            gathered_bytes_per_col: 0,
             warp_max_cols: WARP_MAX_COLS,
             reads_once: false,
             row_bytes_per_col: 0,
@@ -274,14 +277,13 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
         } else {
             threads(Path::Uncached { block: 0 })?.min(threads(Path::Shared { block: 0, shared_bytes: 0 })?)
         };
-        // The block paths' gathered sums: one partial row a block, beside the cached row (on
-        // a cluster, each block's slice of both). Counted as cached bytes, they would shrink
-        // with packs held in registers, so a gathering call counts none held (more shared
-        // memory than the kernel needs where it holds some).
-        let cache_bytes_per_col = self.problem.cache_bytes_per_col + gathered_bytes_per_col(self.column_sums);
-        let cluster_held_packs = if self.column_sums > 0 { 0 } else { self.problem.cluster_held_packs };
-        let problem =
-            Problem { pack, block_pack, block_limit, cache_bytes_per_col, cluster_held_packs, ..self.problem };
+        let problem = Problem {
+            pack,
+            block_pack,
+            block_limit,
+            gathered_bytes_per_col: gathered_bytes_per_col(self.column_sums),
+            ..self.problem
+        };
         let mut plan = plan(&problem, gpu.info(), Occupancies { shared: &shared, cluster: &cluster })?;
         let kernel = match (kernel_for(&plan), self.ungathered) {
             // The gathering kernels have none on the path planned (the op's estimate of where
