@@ -9,13 +9,14 @@
 //!   sweep (49152 rows of 32..32768 columns, 768, 1000; 4096 rows of 50257..262144),
 //!   LayerNorm and RMSNorm (plain, with residual add, backward with and without the
 //!   parameter gradients) over 49152 rows of 32..32768 columns, 768, 1000 and 4096 rows of
-//!   50257, the RMSNorm optimization ladder's rungs (`rms_norm_ladder/<rung>`, 49152 rows of
-//!   128..32768 columns, 768, 1000), in f32, f16 and bf16; BatchNorm with ReLU and with
-//!   Add + ReLU (forward, backward, both) and the mask-based ReLU backward at ResNet's
-//!   shapes (see `batch_norm.rs`); a user's fused kernel (int8 dequantize + softmax, see
-//!   `fused.rs`) against the unfused chain; `--quick` a one-minute subset,
-//!   `--filter` ops or families by name (any of several texts), `--dtype` one dtype,
-//!   `--cols` some row widths (widths outside the sweep too), `--rows` the row ops' rows;
+//!   50257 (and wider widths `--cols` names), the RMSNorm optimization ladder's rungs
+//!   (`rms_norm_ladder/<rung>`, 49152 rows of 128..32768 columns, 768, 1000), in f32, f16
+//!   and bf16; BatchNorm with ReLU and with Add + ReLU (forward, backward, both) and the
+//!   mask-based ReLU backward at ResNet's shapes (see `batch_norm.rs`); a user's fused
+//!   kernel (int8 dequantize + softmax, see `fused.rs`) against the unfused chain; `--quick`
+//!   a one-minute subset, `--filter` ops or families by name (any of several texts),
+//!   `--dtype` one dtype, `--cols` some row widths (widths outside the sweep too), `--rows`
+//!   the row ops' rows;
 //! - the table on stdout (op, dtype, shape, path, time, GB/s, % of copy), progress on
 //!   stderr, the records as JSON (`--json`, default target/bench/bench.json), one SVG plot
 //!   per op (`--plot-dir`), and the tables spliced into a Markdown file between

@@ -52,6 +52,12 @@ impl Bench {
         shapes.into_iter().filter(|&(rows, cols)| keep(rows, cols)).collect()
     }
 
+    /// Whether `--cols` names width `cols`: an op's sweep takes such a width past its own
+    /// widest.
+    pub fn asks_for(&self, cols: usize) -> bool {
+        self.cols.as_ref().is_some_and(|widths| widths.contains(&cols))
+    }
+
     /// Whether the filter (if any) selects op `name` of `family`.
     pub fn wants(&self, family: &str, name: &str) -> bool {
         let matches = |f: &String| name.contains(f.as_str()) || family.contains(f.as_str());

@@ -28,8 +28,8 @@ pub fn sweep<T: Element>(bench: &mut Bench) -> rill::Result<()> {
     if ops.is_empty() {
         return Ok(());
     }
-    // The softmax family's shapes up to 4096 rows of 50257.
-    let shapes = bench.row_shapes(|_, cols| cols <= 50257);
+    // The softmax family's shapes up to 4096 rows of 50257, and wider where `--cols` asks.
+    let shapes = bench.row_shapes(|_, cols| cols <= 50257 || bench.asks_for(cols));
     bench.plan(shapes.len() * (ops.len() + 1));
     let gpu = bench.gpu.clone();
     for (rows, cols) in shapes {

@@ -446,7 +446,8 @@ pub const CLUSTER_WAVES: u32 = 8;
 /// The cluster path, on GPUs with clusters: the fewest blocks per row whose slices fit in
 /// shared memory (less what the kernel's threads hold in registers) and that the device can
 /// keep resident, each block as large as the kernel allows (more loads in flight) but where
-/// the passes read column data ([`column_reading_blocks`]). Measured on the H100:
+/// the passes read column data ([`column_reading_blocks`]) or a wide cluster gathers column
+/// sums ([`gathering_cluster_halves`]). Measured on the H100:
 /// preferring slices small enough for two blocks per SM lifted the softmax backward at
 /// 131072 columns from 79% to 88% of copy before the prefetch above (which took it to 89%
 /// with one) but dropped the f32 norm backward at 32768 from 80% to 57%, so the fewest
@@ -476,10 +477,12 @@ fn cluster_plan(
             if resident > 0 {
                 let largest = ClusterBlocks { cluster, block, bytes, resident };
                 let half_bytes = slice_bytes(cluster, block / 2);
-                let ClusterBlocks { block, bytes, resident, .. } = if half_bytes <= limit {
-                    column_reading_blocks(problem, device, occupancy, largest, half_bytes)?
-                } else {
+                let ClusterBlocks { block, bytes, resident, .. } = if half_bytes > limit {
                     largest
+                } else if gathering_cluster_halves(problem, largest) {
+                    halved_blocks(occupancy, largest, half_bytes)?.filter(|h| h.resident > 0).unwrap_or(largest)
+                } else {
+                    column_reading_blocks(problem, device, occupancy, largest, half_bytes)?
                 };
                 let clusters = (problem.rows as u64).min(resident as u64 * CLUSTER_WAVES as u64).max(1);
                 let path = Path::Cluster { cluster, block, shared_bytes: bytes as u32 };
@@ -516,12 +519,13 @@ fn column_reading_blocks(
     largest: ClusterBlocks,
     half_bytes: u64,
 ) -> crate::Result<ClusterBlocks> {
-    let half = largest.block / 2;
-    if problem.passes_column_bytes == 0 || !BLOCK_SIZES.contains(&half) {
+    if problem.passes_column_bytes == 0 {
         return Ok(largest);
     }
-    let resident = occupancy(largest.cluster, half, half_bytes as u32)?;
-    let halved = ClusterBlocks { block: half, bytes: half_bytes, resident, ..largest };
+    let Some(halved) = halved_blocks(occupancy, largest, half_bytes)? else {
+        return Ok(largest);
+    };
+    let resident = halved.resident;
     let threads = |b: ClusterBlocks| b.resident as u64 * b.cluster as u64 * b.block as u64;
     let per_sm = (resident as u64 * largest.cluster as u64).div_ceil(device.multiprocessors.max(1) as u64);
     let caches = per_sm * (half_bytes + (CLUSTER_STATIC_SHARED_BYTES + RESERVED_SHARED_BYTES) as u64);
@@ -529,6 +533,49 @@ fn column_reading_blocks(
     let columns = per_sm * slice_cols * problem.passes_column_bytes as u64;
     let l1 = (device.max_shared_bytes_per_multiprocessor as u64).saturating_sub(caches);
     Ok(if threads(halved) >= threads(largest) && columns <= l1 { halved } else { largest })
+}
+
+/// `largest`'s cluster in blocks of half the threads, `half_bytes` each, with the clusters
+/// that keeps resident; `None` where half is not a block size.
+fn halved_blocks(
+    occupancy: ClusterOccupancy<'_>,
+    largest: ClusterBlocks,
+    half_bytes: u64,
+) -> crate::Result<Option<ClusterBlocks>> {
+    let half = largest.block / 2;
+    if !BLOCK_SIZES.contains(&half) {
+        return Ok(None);
+    }
+    let resident = occupancy(largest.cluster, half, half_bytes as u32)?;
+    Ok(Some(ClusterBlocks { block: half, bytes: half_bytes, resident, ..largest }))
+}
+
+/// Clusters of at least this many blocks that gather column sums
+/// ([`Problem::gathered_bytes_per_col`]) may run blocks of [`GATHERING_CLUSTER_BLOCK`].
+const GATHERING_CLUSTER_HALVES_FROM: u32 = 4;
+
+/// The block a wide gathering cluster halves its blocks of 1024 to.
+const GATHERING_CLUSTER_BLOCK: u32 = 512;
+
+/// The most packs of its slice a thread of a halved gathering cluster takes.
+const GATHERING_HALVED_PACKS: u64 = 5;
+
+/// Whether a cluster that gathers column sums takes blocks of half the largest: where it
+/// has [`GATHERING_CLUSTER_HALVES_FROM`] blocks or more, the largest are of 1024 threads,
+/// and a thread of the halved blocks takes at most [`GATHERING_HALVED_PACKS`] packs of its
+/// slice. One block an SM either way (the slices' caches and sums fill its shared memory).
+/// Measured on the H100 (norm backward with the parameter gradients, 4096 rows past 32768
+/// columns): halved where a thread takes 4-5 packs, f32 LayerNorm gained 3.5-6 points at
+/// 32768-131072 columns and RMSNorm 3-4 at 40960 and 81920, 16-bit RMSNorm 0-2; where it
+/// would take 6-8, every row lost 3.5-8 points (f32 LayerNorm at 49152 and 98304, RMSNorm
+/// at 65536 and 131072, bf16 RMSNorm at 98304 and 196608). Clusters of two gained only
+/// where halving evened the threads' shares and lost 3-6 points elsewhere (f32 at 24576
+/// and 28672 columns), so they keep the largest (see docs/PERF.md).
+fn gathering_cluster_halves(problem: &Problem, largest: ClusterBlocks) -> bool {
+    problem.gathered_bytes_per_col > 0
+        && largest.cluster >= GATHERING_CLUSTER_HALVES_FROM
+        && largest.block == 2 * GATHERING_CLUSTER_BLOCK
+        && problem.slice_packs(largest.cluster) <= GATHERING_HALVED_PACKS * GATHERING_CLUSTER_BLOCK as u64
 }
 
 /// A row read once: a block of the fewest threads per row, so each SM holds as many rows as
@@ -875,6 +922,39 @@ mod tests {
         // Passes that read no column data keep the largest block.
         let softmax = Problem { force: Some(PathKind::Cluster), ..backward(32001, 0) };
         assert_eq!(plan(&softmax, &device, occupancy).unwrap().block(), 1024);
+    }
+
+    #[test]
+    fn gathering_clusters_of_four_blocks_or_more_take_blocks_of_512() {
+        let device = h100();
+        // f32 LayerNorm's backward with its parameter gradients: x and dy cached, two sums,
+        // weight read in the passes (16 bytes a column in shared memory).
+        let gathering = |rows, cols| Problem {
+            cache_bytes_per_col: 8,
+            gathered_bytes_per_col: 8,
+            passes_column_bytes: 4,
+            ..problem(rows, cols, 4)
+        };
+        let cluster_of = |rows, cols| match plan(&gathering(rows, cols), &device, OCCUPANCY).unwrap().path {
+            Path::Cluster { cluster, block, .. } => (cluster, block),
+            path => panic!("{cols}: {path:?}"),
+        };
+        // Two blocks of 1024 at 24576 columns; four, eight and sixteen of 512 past it where
+        // a thread of 512 takes 4-5 packs (8192-10240 columns a block).
+        assert_eq!(cluster_of(49152, 24576), (2, 1024));
+        assert_eq!(cluster_of(49152, 32768), (4, 512));
+        assert_eq!(cluster_of(4096, 40960), (4, 512));
+        assert_eq!(cluster_of(4096, 65536), (8, 512));
+        assert_eq!(cluster_of(4096, 131072), (16, 512));
+        // 12288 columns a block: six packs a thread of 512, so blocks of 1024.
+        assert_eq!(cluster_of(4096, 49152), (4, 1024));
+        assert_eq!(cluster_of(4096, 98304), (8, 1024));
+        // The same rows without the sums keep the largest blocks.
+        let plain = Problem { gathered_bytes_per_col: 0, cache_bytes_per_col: 16, ..gathering(49152, 32768) };
+        assert_eq!(
+            plan(&plain, &device, OCCUPANCY).unwrap().path,
+            Path::Cluster { cluster: 4, block: 1024, shared_bytes: 131072 }
+        );
     }
 
     #[test]
