@@ -535,8 +535,8 @@ fn column_reading_blocks(
     Ok(if threads(halved) >= threads(largest) && columns <= l1 { halved } else { largest })
 }
 
-/// `largest`'s cluster in blocks of half the threads, `half_bytes` each, with the clusters
-/// that keeps resident; `None` where half is not a block size.
+/// `largest`'s cluster in blocks of half the threads, `half_bytes` of shared memory each,
+/// and how many such clusters stay resident; `None` where half is not a block size.
 fn halved_blocks(
     occupancy: ClusterOccupancy<'_>,
     largest: ClusterBlocks,
