@@ -12,6 +12,7 @@ use rill::norm::{Forward, Norm, NormKind};
 use rill::{LaunchConfig, Tensor, elementwise, softmax};
 use rill_example_fused_dequant_softmax::{DequantKernels, Dequantize};
 use rill_tests::random::Rng;
+use std::ptr::null_mut;
 use std::time::Instant;
 
 /// Calls whose wall time gives the wall time per call.
@@ -35,7 +36,7 @@ pub fn sweep(bench: &mut Bench) -> rill::Result<()> {
     if !(bench.wants("small", "small") && !bench.quick) {
         return Ok(());
     }
-    bench.plan((ROW_OPS.len() + 1) * ROWS.len() * COLS.len() + 2 * ELEMENTWISE_LOG2.count() + 5);
+    bench.plan((ROW_OPS.len() + 1) * ROWS.len() * COLS.len() + 2 * ELEMENTWISE_LOG2.count() + 6);
     let mut rng = Rng::new(7);
     for &cols in COLS {
         for &rows in ROWS {
@@ -88,6 +89,32 @@ pub fn sweep(bench: &mut Bench) -> rill::Result<()> {
     let (xs, mut ys) = (bench.upload(1, &[bf16::ZERO; 32], &[32])?, bench.zeros::<bf16>(1, &[32])?);
     let copy = bench.copy(&xs, &mut ys)?;
     record(bench, "small_empty_launch", &[0], 0, copy, &mut launch)?;
+    // The same kernel launched by the driver alone: `cuLaunchKernel` on a handle looked up
+    // once, the context left current by the calls above. What rill's thinnest path adds is
+    // the difference.
+    let failed = |call| {
+        move |error: cust::error::CudaError| rill::Error::Driver {
+            call,
+            code: error as u32,
+            message: error.to_string(),
+        }
+    };
+    let module = cust::module::Module::from_ptx(rill_example_fused_dequant_softmax::PTX, &[])
+        .map_err(failed("cuModuleLoadData"))?;
+    let function = module.get_function("dequantize").map_err(failed("cuModuleGetFunction"))?.to_raw();
+    let mut driver = |s: &rill::Stream| {
+        let mut params = [&nothing as *const Dequantize as *mut std::ffi::c_void];
+        // SAFETY: the handle is the loaded module's (alive for the loop), the kernel takes
+        // `Dequantize` by value, and over no rows it reads and writes nothing.
+        let code = unsafe {
+            cust::sys::cuLaunchKernel(function, 1, 1, 1, 32, 1, 1, 0, s.as_raw(), params.as_mut_ptr(), null_mut())
+        };
+        match code {
+            cust::sys::cudaError_enum::CUDA_SUCCESS => Ok(()),
+            _ => Err(rill::Error::Driver { call: "cuLaunchKernel", code: code as u32, message: format!("{code:?}") }),
+        }
+    };
+    record(bench, "small_driver_launch", &[0], 0, copy, &mut driver)?;
     decode_block(bench)?;
     for log2 in ELEMENTWISE_LOG2 {
         let len = 1usize << log2;

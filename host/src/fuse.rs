@@ -19,7 +19,6 @@ use crate::tensor::{AsViewMut, Element, View};
 use crate::{DType, Stream};
 use rill_kernels_gpu::abi::{FusedArgs, FusedFacts, FusedFamily, NormArgs, RowArgs, RowShape};
 use rill_kernels_gpu::table::RowPath;
-use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
 use std::marker::PhantomData;
@@ -150,10 +149,9 @@ impl FusedModule {
 
     fn kernel(&self, symbol: &str) -> Result<Kernel> {
         let mut kernels = self.kernels.lock().unwrap_or_else(PoisonError::into_inner);
-        let entry = match kernels.entry(symbol.to_string()) {
-            Entry::Occupied(found) => return Ok(*found.get()),
-            Entry::Vacant(entry) => entry,
-        };
+        if let Some(&kernel) = kernels.get(symbol) {
+            return Ok(kernel);
+        }
         if !self.symbols.contains(symbol) {
             return Err(Error::Unsupported(format!("the fused module has no kernel `{symbol}`")));
         }
@@ -167,7 +165,8 @@ impl FusedModule {
         // The symbol names the launch's NVTX range for the module's life: a few dozen
         // names a module, leaked once each.
         let kernel = Kernel::new(function, Box::leak(symbol.to_string().into_boxed_str()))?;
-        Ok(*entry.insert(kernel))
+        kernels.insert(symbol.to_string(), kernel);
+        Ok(kernel)
     }
 
     /// The facts of family `name`, checked to be a `family` whose parameters are `E`.

@@ -2,6 +2,7 @@
 
 use crate::error::{DriverContext, Error, Result, invalid};
 use crate::module::Modules;
+use crate::ops::rows::RowPlans;
 use cust::context::{Context, CurrentContext};
 use cust::device::{Device, DeviceAttribute};
 use cust::stream::{Stream as CudaStream, StreamFlags};
@@ -34,6 +35,8 @@ struct GpuInner {
     info: DeviceInfo,
     // Dropped before the context (fields drop in order).
     modules: Modules,
+    /// The row calls' plans, by what each depends on.
+    row_plans: RowPlans,
     /// `None` for an offline GPU ([`Gpu::offline`]).
     context: Option<Context>,
 }
@@ -64,7 +67,14 @@ impl Gpu {
                 .map(|v| (v.major() as u32, v.minor() as u32))
                 .during("cuDriverGetVersion")?,
         };
-        Ok(Gpu { inner: Arc::new(GpuInner { info, modules: Modules::default(), context: Some(context) }) })
+        Ok(Gpu {
+            inner: Arc::new(GpuInner {
+                info,
+                modules: Modules::default(),
+                row_plans: RowPlans::default(),
+                context: Some(context),
+            }),
+        })
     }
 
     /// A GPU described by `info` but not opened, for checking calls where there is no CUDA
@@ -105,7 +115,14 @@ impl Gpu {
     /// [`Error::Driver`]: crate::Error::Driver
     /// [`View::from_raw`]: crate::View::from_raw
     pub fn offline(info: DeviceInfo) -> Gpu {
-        Gpu { inner: Arc::new(GpuInner { info, modules: Modules::default(), context: None }) }
+        Gpu {
+            inner: Arc::new(GpuInner {
+                info,
+                modules: Modules::default(),
+                row_plans: RowPlans::default(),
+                context: None,
+            }),
+        }
     }
 
     pub fn info(&self) -> &DeviceInfo {
@@ -138,6 +155,10 @@ impl Gpu {
 
     pub(crate) fn modules(&self) -> &Modules {
         &self.inner.modules
+    }
+
+    pub(crate) fn row_plans(&self) -> &RowPlans {
+        &self.inner.row_plans
     }
 }
 

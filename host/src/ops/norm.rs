@@ -40,7 +40,7 @@ const BACKWARD_WARP_MAX_COLS: usize = 512;
 const F32_FORWARD_WARP_MAX_COLS: usize = 640;
 use super::columns::{ColumnSumArgs, sum_chunks, sum_columns};
 use super::rows::dispatch::gathers_columns;
-use super::rows::{Prepared, RowCall, RowKernels, check_aligned, same_shape};
+use super::rows::{LibraryKernels, Prepared, RowCall, check_aligned, same_shape};
 use super::{Span, check_disjoint};
 use crate::Stream;
 use crate::error::{Error, Result, invalid};
@@ -478,7 +478,7 @@ impl Norm {
         let kernel_kind = if call.residual.is_some() { NormKernelKind::AddForward } else { NormKernelKind::Forward };
         let dtypes = (T::DTYPE, U::DTYPE, G::DTYPE);
         let args = NormArgs { input: call.x.address(), output: call.y.address(), eps, ..NormArgs::default() };
-        let kernels = RowKernels::Norm { kind: kernel_kind, dtypes };
+        let kernels = LibraryKernels::Norm { kind: kernel_kind, dtypes }.into();
         let mut row = RowCall::new(stream, op, kernels, &call.x, args, self.force, !self.plan_only)?;
         let (rows, cols) = (row.problem.rows, row.problem.cols);
         same_shape(op, "the output", call.y.shape(), call.x.shape())?;
@@ -564,7 +564,7 @@ impl Norm {
             rms: (kind == NormKind::RmsNorm) as u32,
             ..NormArgs::default()
         };
-        let kernels = RowKernels::Norm { kind: NormKernelKind::Backward, dtypes };
+        let kernels = LibraryKernels::Norm { kind: NormKernelKind::Backward, dtypes }.into();
         let mut row = RowCall::new(stream, op, kernels, &call.x, args, self.force, !self.plan_only)?;
         let (rows, cols) = (row.problem.rows, row.problem.cols);
         same_shape(op, "dy", call.dy.shape(), call.x.shape())?;
@@ -622,7 +622,7 @@ impl Norm {
             && gathers_columns(&row.problem, sums, row.stream.gpu().info());
         if gathers {
             row.ungathered = Some(row.kernels);
-            row.kernels = RowKernels::Norm { kind: NormKernelKind::BackwardParams, dtypes };
+            row.kernels = LibraryKernels::Norm { kind: NormKernelKind::BackwardParams, dtypes }.into();
             row.column_sums = sums;
         }
         let grad_args = NormParamGradArgs {

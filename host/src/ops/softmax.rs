@@ -10,7 +10,7 @@
 
 pub use super::rows::check_last_dim;
 pub use super::rows::dispatch::{Path, PathKind, Plan};
-use super::rows::{RowCall, RowKernels, check_aligned, rows_cols, same_shape};
+use super::rows::{LibraryKernels, RowCall, check_aligned, rows_cols, same_shape};
 use crate::Stream;
 use crate::error::{DriverContext, Result, invalid};
 use crate::ops::{Span, check_disjoint};
@@ -89,7 +89,7 @@ impl Softmax {
         x: &View<'_, T>,
     ) -> Result<RowCall<'a, SoftmaxArgs>> {
         let args = SoftmaxArgs { input: x.address(), ..SoftmaxArgs::default() };
-        let kernels = RowKernels::Softmax { kind, dtype: T::DTYPE };
+        let kernels = LibraryKernels::Softmax { kind, dtype: T::DTYPE }.into();
         let mut call = RowCall::new(stream, op, kernels, x, args, self.force, !self.plan_only)?;
         call.phased = true;
         Ok(call)

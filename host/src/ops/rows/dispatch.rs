@@ -139,7 +139,7 @@ impl Plan {
 }
 
 /// What the planner needs to know about one call.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Problem {
     pub rows: usize,
     pub cols: usize,
@@ -605,11 +605,11 @@ fn uncached_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::launch::tests::h100;
 
-    fn problem(rows: usize, cols: usize, pack: usize) -> Problem {
+    pub(in crate::ops::rows) fn problem(rows: usize, cols: usize, pack: usize) -> Problem {
         Problem {
             rows,
             cols,

@@ -18,6 +18,8 @@ use rill_kernels_gpu::abi::{
     column_gather_bytes, max_pack,
 };
 use rill_kernels_gpu::table::{NormKernelKind, RowPath, SoftmaxKind};
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
 
 /// Rows and columns of a tensor normalized over its last axis.
 pub(crate) fn rows_cols(op: &str, shape: &[usize]) -> Result<(usize, usize)> {
@@ -57,10 +59,21 @@ pub(crate) fn check_aligned(op: &str, what: &str, address: u64, bytes: u64) -> R
     Ok(())
 }
 
-/// The kernels a row call chooses among: the op's kind and dtypes, its path and pack left
-/// to the planner.
+/// The kernels a row call chooses among: rill's own family, or a user's; the path and pack
+/// are left to the planner.
 #[derive(Clone, Copy)]
 pub(crate) enum RowKernels<'a> {
+    Library(LibraryKernels),
+    /// A user's kernels of one name in their own module (`crate::fuse`).
+    Fused {
+        module: &'a FusedModule,
+        name: &'a str,
+    },
+}
+
+/// One of rill's row kernel families: the op's kind and dtypes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum LibraryKernels {
     Softmax {
         kind: SoftmaxKind,
         dtype: DType,
@@ -70,19 +83,24 @@ pub(crate) enum RowKernels<'a> {
         kind: NormKernelKind,
         dtypes: (DType, DType, DType),
     },
-    /// A user's kernels of one name in their own module (`crate::fuse`).
-    Fused {
-        module: &'a FusedModule,
-        name: &'a str,
-    },
+}
+
+impl From<LibraryKernels> for RowKernels<'_> {
+    fn from(kernels: LibraryKernels) -> Self {
+        RowKernels::Library(kernels)
+    }
 }
 
 impl RowKernels<'_> {
     /// The kernel on `path` at `pack`; `Unsupported` where there is none.
     pub(crate) fn kernel(self, gpu: &crate::Gpu, path: RowPath, pack: usize) -> Result<Kernel> {
         match self {
-            RowKernels::Softmax { kind, dtype } => gpu.modules().kernel(KernelKey::Softmax { kind, path, dtype, pack }),
-            RowKernels::Norm { kind, dtypes } => gpu.modules().kernel(KernelKey::Norm { kind, path, dtypes, pack }),
+            RowKernels::Library(LibraryKernels::Softmax { kind, dtype }) => {
+                gpu.modules().kernel(KernelKey::Softmax { kind, path, dtype, pack })
+            }
+            RowKernels::Library(LibraryKernels::Norm { kind, dtypes }) => {
+                gpu.modules().kernel(KernelKey::Norm { kind, path, dtypes, pack })
+            }
             RowKernels::Fused { module, name } => module.row_kernel(name, path, pack),
         }
     }
@@ -90,6 +108,67 @@ impl RowKernels<'_> {
     /// Whether the family has cluster-path kernels (`fused_softmax!` makes none).
     fn has_clusters(self) -> bool {
         !matches!(self, RowKernels::Fused { .. })
+    }
+
+    /// rill's family, whose plans a GPU remembers ([`RowPlans`]); `None` for a user's
+    /// kernels, whose module may unload and take its kernels with it.
+    fn library(self) -> Option<LibraryKernels> {
+        match self {
+            RowKernels::Library(kernels) => Some(kernels),
+            RowKernels::Fused { .. } => None,
+        }
+    }
+}
+
+/// Everything a row call's plan depends on but the device: the kernels, the planner's
+/// problem with its packs (before the kernels' limits are asked), the rows' phase, and what
+/// the call gathers and re-reads per column. The arrays' addresses enter only through the
+/// packs and the phase.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct PlanKey {
+    kernels: LibraryKernels,
+    ungathered: Option<LibraryKernels>,
+    problem: Problem,
+    phase: Option<u32>,
+    column_sums: u32,
+    column_bytes: u32,
+    columns_before_blocks: bool,
+}
+
+/// What a row call's plan comes to, but its arguments: the plan, the kernel, whether it
+/// gathers the column sums, the attributes its launch sets, and the launch geometry.
+#[derive(Clone, Copy)]
+struct Planned {
+    plan: Plan,
+    kernel: Kernel,
+    gathers: bool,
+    attributes: Option<Attributes>,
+    config: LaunchConfig,
+}
+
+/// A GPU's row plans by [`PlanKey`], so that a call of a shape seen before skips the
+/// planner, its kernel lookups and its occupancy questions (each a lock and a hash; measured
+/// in docs/PERF.md, "The small-shape regime"). Forgotten all at once when full: shapes
+/// that vary call by call (rows of every length) must not grow it without bound.
+#[derive(Default)]
+pub(crate) struct RowPlans {
+    plans: Mutex<HashMap<PlanKey, Planned>>,
+}
+
+/// Plans a GPU remembers before it starts over.
+const REMEMBERED_PLANS: usize = 4096;
+
+impl RowPlans {
+    fn get(&self, key: &PlanKey) -> Option<Planned> {
+        self.plans.lock().unwrap_or_else(PoisonError::into_inner).get(key).copied()
+    }
+
+    fn insert(&self, key: PlanKey, planned: Planned) {
+        let mut plans = self.plans.lock().unwrap_or_else(PoisonError::into_inner);
+        if plans.len() >= REMEMBERED_PLANS {
+            plans.clear();
+        }
+        plans.insert(key, planned);
     }
 }
 
@@ -227,20 +306,63 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
     }
 
     /// Plans the call and readies its launch: the kernel looked up and its attributes set,
-    /// the arguments' shape filled in; [`Prepared::launch`] launches it.
+    /// the arguments' shape filled in; [`Prepared::launch`] launches it. rill's own kernels'
+    /// plans come from the GPU's memory of earlier calls with the same key ([`PlanKey`]).
     pub(crate) fn prepare(mut self) -> Result<Prepared<'a, A>> {
         let widest = self.widest;
         let aligned = self.aligned();
         let pack = if aligned { widest } else { 1 };
         let phase = if self.phased { shared_phase(&self.arrays, widest) } else { None };
         let block_pack = if aligned || phase.is_some() { widest } else { 1 };
+        self.problem = Problem { pack, block_pack, ..self.problem };
+        let gpu = self.stream.gpu();
+        let key = self.kernels.library().map(|kernels| PlanKey {
+            kernels,
+            ungathered: self.ungathered.and_then(RowKernels::library),
+            problem: self.problem,
+            phase,
+            column_sums: self.column_sums,
+            column_bytes: self.column_bytes,
+            columns_before_blocks: self.columns_before_blocks,
+        });
+        let planned = match key.and_then(|key| gpu.row_plans().get(&key)) {
+            Some(planned) => planned,
+            None => {
+                let planned = self.plan(self.kernels, self.column_sums, self.ungathered)?;
+                key.inspect(|&key| gpu.row_plans().insert(key, planned));
+                planned
+            }
+        };
+        let Planned { plan, kernel, gathers, attributes, config } = planned;
+        if !self.launch {
+            count(Tally::Planned, kernel.symbol);
+            return Ok(Prepared { plan, args: self.args, gathers, launch: None });
+        }
+        if let Some(attributes) = attributes {
+            gpu.bind()?;
+            gpu.modules().set_attributes(kernel, attributes)?;
+        }
+        let shape = self.args.shape_mut();
+        shape.rows = self.problem.rows as u64;
+        shape.cols = self.problem.cols as u64;
+        shape.phase = if plan.phased { phase.unwrap_or(0) } else { 0 };
+        if let Path::Warp { width, .. } = plan.path {
+            shape.width = width;
+        }
+        Ok(Prepared { plan, args: self.args, gathers, launch: Some((self.stream, kernel, config)) })
+    }
+
+    /// Plans the call with `kernels` (gathering `column_sums`, else planned again with
+    /// `ungathered`), asking the driver what it has not answered before.
+    fn plan(&self, kernels: RowKernels<'a>, column_sums: u32, ungathered: Option<RowKernels<'a>>) -> Result<Planned> {
+        let Problem { pack, block_pack, .. } = self.problem;
         let phased = block_pack > pack;
         let gpu = self.stream.gpu();
         let capacity = gpu.info().max_shared_bytes_per_multiprocessor;
         gpu.bind()?;
         let kernel_for = |plan: &Plan| -> Result<Kernel> {
             let path = plan.row_path();
-            self.kernels.kernel(gpu, path, plan.pack).map_err(|error| {
+            kernels.kernel(gpu, path, plan.pack).map_err(|error| {
                 error.reword_unsupported(|| format!("no `{}` kernel for these dtypes on the {path:?} path", self.op))
             })
         };
@@ -259,7 +381,7 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
         // Asked only on GPUs with clusters, when a row does not fit one block; a family
         // without cluster kernels resides no clusters.
         let cluster = |cluster: u32, block: u32, bytes: u32| {
-            if !self.kernels.has_clusters() {
+            if !kernels.has_clusters() {
                 return Ok(0);
             }
             let kernel = block_kernel(Path::Cluster { cluster, block, shared_bytes: bytes })?;
@@ -272,37 +394,31 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             })
         };
         let threads = |path| block_kernel(path).map(|kernel| kernel.max_threads_per_block);
-        let block_limit = if self.column_sums > 0 {
+        let block_limit = if column_sums > 0 {
             threads(Path::Shared { block: 0, shared_bytes: 0 })?
         } else {
             threads(Path::Uncached { block: 0 })?.min(threads(Path::Shared { block: 0, shared_bytes: 0 })?)
         };
-        let problem = Problem {
-            pack,
-            block_pack,
-            block_limit,
-            gathered_bytes_per_col: gathered_bytes_per_col(self.column_sums),
-            ..self.problem
-        };
+        let problem =
+            Problem { block_limit, gathered_bytes_per_col: gathered_bytes_per_col(column_sums), ..self.problem };
         let mut plan = plan(&problem, gpu.info(), Occupancies { shared: &shared, cluster: &cluster })?;
-        let kernel = match (kernel_for(&plan), self.ungathered) {
+        let kernel = match (kernel_for(&plan), ungathered) {
             // The gathering kernels have none on the path planned (the op's estimate of where
             // they run did not hold on this device): planned again with kernels that gather
             // nothing, the op then sums the columns another way.
-            (Err(Error::Unsupported(_)), Some(kernels)) if self.column_sums > 0 => {
-                (self.kernels, self.column_sums, self.ungathered) = (kernels, 0, None);
-                return self.prepare();
+            (Err(Error::Unsupported(_)), Some(kernels)) if column_sums > 0 => {
+                return self.plan(kernels, 0, None);
             }
             (kernel, _) => kernel?,
         };
         // The warp path's gathered sums: a partial row for each lane group of a block.
         let gathered_bytes = match plan.path {
-            Path::Warp { width, .. } if self.column_sums > 0 => {
-                column_gather_bytes(ROW_WARP_BLOCK_SIZE / width, self.column_sums, problem.cols as u64) as u32
+            Path::Warp { width, .. } if column_sums > 0 => {
+                column_gather_bytes(ROW_WARP_BLOCK_SIZE / width, column_sums, problem.cols as u64) as u32
             }
             _ => 0,
         };
-        if self.column_sums > 0 {
+        if column_sums > 0 {
             // One wave of resident blocks (or clusters), a partial row each.
             let sms = gpu.info().multiprocessors;
             let resident_blocks = match plan.path {
@@ -318,47 +434,28 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             };
             plan.grid = plan.grid.min(resident_blocks);
         }
-        if !self.launch {
-            count(Tally::Planned, kernel.symbol);
-            return Ok(Prepared { plan, args: self.args, gathers: self.column_sums > 0, launch: None });
-        }
-        match plan.path {
+        let attributes = match plan.path {
             Path::Shared { block, shared_bytes, .. } => {
                 let resident = if self.columns_before_blocks { 0 } else { shared(block, shared_bytes)? };
                 let needed = resident * (shared_bytes + ROW_STATIC_SHARED_BYTES + RESERVED_SHARED_BYTES);
                 let carveout = shared_carveout(needed, self.column_bytes, capacity);
-                let dynamic_shared = shared_bytes.max(ROW_STATIC_SHARED_BYTES);
-                gpu.modules().set_attributes(kernel, Attributes { dynamic_shared, carveout: Some(carveout) })?;
+                Some(Attributes { dynamic_shared: shared_bytes.max(ROW_STATIC_SHARED_BYTES), carveout: Some(carveout) })
             }
-            Path::Cluster { shared_bytes, .. } => {
-                gpu.modules().set_attributes(kernel, cluster_attributes(shared_bytes))?
-            }
+            Path::Cluster { shared_bytes, .. } => Some(cluster_attributes(shared_bytes)),
             // Its gathered sums: the kernel's allowance may be another call's (an occupancy
             // answered from memory sets nothing).
             Path::Warp { .. } if gathered_bytes > 0 => {
-                gpu.modules().set_attributes(kernel, Attributes { dynamic_shared: gathered_bytes, carveout: None })?
+                Some(Attributes { dynamic_shared: gathered_bytes, carveout: None })
             }
-            _ => {}
-        }
-        let shape = self.args.shape_mut();
-        shape.rows = problem.rows as u64;
-        shape.cols = problem.cols as u64;
-        shape.phase = if plan.phased { phase.unwrap_or(0) } else { 0 };
-        if let Path::Warp { width, .. } = plan.path {
-            shape.width = width;
-        }
+            _ => None,
+        };
         let config = LaunchConfig {
             grid: plan.grid,
             block: plan.block(),
             shared_bytes: plan.shared_bytes() + gathered_bytes,
             cluster: plan.cluster(),
         };
-        Ok(Prepared {
-            plan,
-            args: self.args,
-            gathers: self.column_sums > 0,
-            launch: Some((self.stream, kernel, config)),
-        })
+        Ok(Planned { plan, kernel, gathers: column_sums > 0, attributes, config })
     }
 }
 
@@ -480,6 +577,33 @@ mod tests {
         assert_eq!(shared_phase(&[(0x1001, 2)], 8), None);
         assert_eq!(shared_phase(&[(0x1000, 2)], 1), None);
         assert_eq!(shared_phase(&[], 8), None);
+    }
+
+    #[test]
+    fn plans_are_remembered_by_key_and_forgotten_all_at_once_when_full() {
+        let plans = RowPlans::default();
+        let key = |rows| PlanKey {
+            kernels: LibraryKernels::Softmax { kind: SoftmaxKind::Forward, dtype: DType::F32 },
+            ungathered: None,
+            problem: dispatch::tests::problem(rows, 1024, 4),
+            phase: None,
+            column_sums: 0,
+            column_bytes: 0,
+            columns_before_blocks: false,
+        };
+        let plan = Plan { path: Path::Uncached { block: 256 }, pack: 4, phased: false, grid: 1 };
+        let kernel = Kernel { function: std::ptr::null_mut(), symbol: "softmax", max_threads_per_block: 1024 };
+        let config = LaunchConfig { grid: 1, block: 256, shared_bytes: 0, cluster: 1 };
+        let planned = Planned { plan, kernel, gathers: false, attributes: None, config };
+        plans.insert(key(1), planned);
+        assert!(plans.get(&key(1)).is_some_and(|found| found.plan == plan));
+        assert!(plans.get(&key(2)).is_none());
+        assert!(plans.get(&PlanKey { phase: Some(3), ..key(1) }).is_none());
+        (2..=REMEMBERED_PLANS).for_each(|rows| plans.insert(key(rows), planned));
+        assert!(plans.get(&key(1)).is_some());
+        plans.insert(key(REMEMBERED_PLANS + 1), planned);
+        assert!(plans.get(&key(1)).is_none());
+        assert!(plans.get(&key(REMEMBERED_PLANS + 1)).is_some());
     }
 
     #[test]
