@@ -24,8 +24,9 @@ const SUBMITTED: usize = 256;
 /// Decode blocks whose wall time gives the time per block.
 const BLOCKS: usize = 1000;
 
-/// The row ops at `rows x cols` (bf16).
-const ROW_OPS: &[&str] = &["rms_norm", "layer_norm", "softmax", "cross_entropy"];
+/// The row ops at `rows x cols` (bf16), and a user's fused kernel through the same planner
+/// (the example's softmax of dequantized int8 logits).
+const ROW_OPS: &[&str] = &["rms_norm", "layer_norm", "softmax", "cross_entropy", "fused_dequant_softmax"];
 const ROWS: &[usize] = &[1, 8, 64];
 const COLS: &[usize] = &[4096, 8192];
 
@@ -38,6 +39,7 @@ pub fn sweep(bench: &mut Bench) -> rill::Result<()> {
     }
     bench.plan((ROW_OPS.len() + 1) * ROWS.len() * COLS.len() + 2 * ELEMENTWISE_LOG2.count() + 6);
     let mut rng = Rng::new(7);
+    let fused = DequantKernels::load(&bench.gpu)?;
     for &cols in COLS {
         for &rows in ROWS {
             let shape = [rows, cols];
@@ -49,9 +51,14 @@ pub fn sweep(bench: &mut Bench) -> rill::Result<()> {
             let target: Vec<i64> = (0..rows).map(|r| (r * 7919 % cols) as i64).collect();
             let target = Tensor::from_slice(&bench.gpu, &target, &[rows])?;
             let mut loss = Tensor::<f32>::zeros(&bench.gpu, &[rows])?;
+            let q: Vec<i8> = (0..rows * cols).map(|_| (rng.next_u64() % 256) as u8 as i8).collect();
+            let q = Tensor::from_slice(&bench.gpu, &q, &shape)?;
+            let scale = Tensor::from_slice(&bench.gpu, &vec![0.02f32; rows], &[rows])?;
+            let bias = Tensor::from_slice(&bench.gpu, &vec![bf16::ZERO; cols], &[cols])?;
             for &op in ROW_OPS {
                 let bytes = match op {
                     "cross_entropy" => rows * cols * 2 + rows * 12,
+                    "fused_dequant_softmax" => rows * cols * 3,
                     _ => 2 * rows * cols * 2,
                 };
                 let mut call = |s: &rill::Stream| -> rill::Result<()> {
@@ -61,6 +68,7 @@ pub fn sweep(bench: &mut Bench) -> rill::Result<()> {
                             Norm::new().forward(s, kind, 1e-5, Forward::new(x, y).weight(&weight)).map(drop)
                         }
                         "softmax" => softmax::softmax(s, x, y).map(drop),
+                        "fused_dequant_softmax" => fused.dequant_softmax(s, &q, &scale, &bias, y).map(drop),
                         _ => softmax::cross_entropy(s, x, &target, &mut loss).map(drop),
                     }
                 };
@@ -81,11 +89,10 @@ pub fn sweep(bench: &mut Bench) -> rill::Result<()> {
     // The floor under every op: one launch of a kernel that does nothing (the example's
     // dequantize over no rows), through rill's thinnest path (a looked-up kernel, the
     // context made current, the driver's launch), no planner and no checks.
-    let kernels = DequantKernels::load(&bench.gpu)?;
     let nothing = Dequantize::default();
     let config = LaunchConfig { grid: 1, block: 32, shared_bytes: 0, cluster: 1 };
     // SAFETY: the kernel takes `Dequantize` and, over no rows, reads and writes nothing.
-    let mut launch = |s: &rill::Stream| unsafe { kernels.module().launch(s, "dequantize", config, &nothing) };
+    let mut launch = |s: &rill::Stream| unsafe { fused.module().launch(s, "dequantize", config, &nothing) };
     let (xs, mut ys) = (bench.upload(1, &[bf16::ZERO; 32], &[32])?, bench.zeros::<bf16>(1, &[32])?);
     let copy = bench.copy(&xs, &mut ys)?;
     record(bench, "small_empty_launch", &[0], 0, copy, &mut launch)?;

@@ -13,7 +13,7 @@ use crate::launch::{LaunchConfig, launch};
 use crate::module::Kernel;
 use crate::norm::{NormKind, NormParts};
 use crate::ops::elementwise::launch_over;
-use crate::ops::rows::{RowCall, RowKernels, rows_cols};
+use crate::ops::rows::{FamilyIndex, RowCall, RowKernels, RowPlans, rows_cols};
 use crate::softmax::{PathKind, Plan};
 use crate::tensor::{AsViewMut, Element, View};
 use crate::{DType, Stream};
@@ -32,10 +32,12 @@ pub struct FusedModule {
     /// without a failing driver call (which the sanitizers would report).
     symbols: HashSet<String>,
     kernels: Mutex<HashMap<String, Kernel>>,
-    /// Each family's facts, read once at load: reading one is a copy from the device,
-    /// which would wait for the stream's work in every call (and break stream capture).
-    /// A global that is not a family's facts keeps the message its use gets.
-    facts: HashMap<String, std::result::Result<FusedFacts, String>>,
+    /// Each family's place and facts, read once at load: reading one is a copy from the
+    /// device, which would wait for the stream's work in every call (and break stream
+    /// capture). A global that is not a family's facts keeps the message its use gets.
+    facts: HashMap<String, (FamilyIndex, std::result::Result<FusedFacts, String>)>,
+    /// The row families' plans, which go with the module's kernels when it unloads.
+    row_plans: RowPlans,
     // Keeps the context alive until the module is unloaded (in `drop`).
     gpu: Gpu,
 }
@@ -84,14 +86,16 @@ impl FusedModule {
             symbols: declared_symbols(ptx),
             kernels: Mutex::default(),
             facts: HashMap::new(),
+            row_plans: RowPlans::default(),
             gpu: gpu.clone(),
         };
-        for name in loaded.symbols.iter().filter_map(|symbol| symbol.strip_suffix(FACTS_SUFFIX)) {
+        let names = loaded.symbols.iter().filter_map(|symbol| symbol.strip_suffix(FACTS_SUFFIX));
+        for (index, name) in (0..).zip(names) {
             let facts = match loaded.read_facts(name) {
                 Err(Error::InvalidInput(message)) => Err(message),
                 read => Ok(read?),
             };
-            loaded.facts.insert(name.to_string(), facts);
+            loaded.facts.insert(name.to_string(), (index, facts));
         }
         Ok(loaded)
     }
@@ -100,15 +104,15 @@ impl FusedModule {
     /// `InvalidInput` where the module has no such family or `E`'s size is not the one the
     /// kernels were built with.
     pub fn softmax<E: Copy>(&self, name: &str) -> Result<FusedSoftmax<'_, E>> {
-        let facts = self.facts_of::<E>(name, FusedFamily::Softmax)?;
-        Ok(FusedSoftmax { rows: FusedRows::new(self, name, facts), _extra: PhantomData })
+        let (index, facts) = self.facts_of::<E>(name, FusedFamily::Softmax)?;
+        Ok(FusedSoftmax { rows: FusedRows::new(self, name, index, facts), _extra: PhantomData })
     }
 
     /// The fused norm kernels `fused_norm!(name, E, ..., G)` made, for parameters `E` and
     /// weight and bias of `G`; `InvalidInput` where the module has no such family, `E`'s size
     /// or `G` is not the kernels'.
     pub fn norm<E: Copy, G: Element>(&self, name: &str) -> Result<FusedNorm<'_, E, G>> {
-        let facts = self.facts_of::<E>(name, FusedFamily::Norm)?;
+        let (index, facts) = self.facts_of::<E>(name, FusedFamily::Norm)?;
         if facts.weight != G::DTYPE.code() {
             let built = [DType::F32, DType::F16, DType::BF16].into_iter().find(|d| d.code() == facts.weight);
             invalid!(
@@ -118,14 +122,14 @@ impl FusedModule {
                 G::DTYPE.name()
             );
         }
-        Ok(FusedNorm { rows: FusedRows::new(self, name, facts), _types: PhantomData })
+        Ok(FusedNorm { rows: FusedRows::new(self, name, index, facts), _types: PhantomData })
     }
 
     /// The fused elementwise kernel `fused_elementwise!(name, ...)` made from `I` to `O`;
     /// `InvalidInput` where the module has no such family, `Unsupported` where it has no
     /// kernel for these dtypes.
     pub fn elementwise<I: Element, O: Element>(&self, name: &str) -> Result<FusedElementwise<'_, I, O>> {
-        let facts = self.facts_of::<()>(name, FusedFamily::Elementwise)?;
+        let (_, facts) = self.facts_of::<()>(name, FusedFamily::Elementwise)?;
         let kernel = self.kernel(&format!("{name}_{}_{}", I::DTYPE.name(), O::DTYPE.name()))?;
         Ok(FusedElementwise { name: name.to_string(), facts, kernel, _types: PhantomData })
     }
@@ -140,6 +144,11 @@ impl FusedModule {
         let kernel = self.kernel(name)?;
         // SAFETY: the caller's promise.
         unsafe { launch(stream, kernel, config, params) }
+    }
+
+    /// The plans of the module's row families.
+    pub(crate) fn row_plans(&self) -> &RowPlans {
+        &self.row_plans
     }
 
     /// The `(path, pack)` kernel of family `name`.
@@ -169,9 +178,10 @@ impl FusedModule {
         Ok(kernel)
     }
 
-    /// The facts of family `name`, checked to be a `family` whose parameters are `E`.
-    fn facts_of<E>(&self, name: &str, family: FusedFamily) -> Result<FusedFacts> {
-        let facts = self.facts(name)?;
+    /// The place and facts of family `name`, checked to be a `family` whose parameters are
+    /// `E`.
+    fn facts_of<E>(&self, name: &str, family: FusedFamily) -> Result<(FamilyIndex, FusedFacts)> {
+        let (index, facts) = self.facts(name)?;
         if facts.family != family {
             invalid!("`{name}` is a fused {:?} family, not a {family:?} one", facts.family);
         }
@@ -184,14 +194,14 @@ impl FusedModule {
                 size_of::<E>()
             );
         }
-        Ok(facts)
+        Ok((index, facts))
     }
 
-    /// The facts of family `name`, as read at load.
-    fn facts(&self, name: &str) -> Result<FusedFacts> {
+    /// The place and facts of family `name`, as read at load.
+    fn facts(&self, name: &str) -> Result<(FamilyIndex, FusedFacts)> {
         match self.facts.get(name) {
-            Some(Ok(facts)) => Ok(*facts),
-            Some(Err(message)) => Err(Error::InvalidInput(message.clone())),
+            Some((index, Ok(facts))) => Ok((*index, *facts)),
+            Some((_, Err(message))) => Err(Error::InvalidInput(message.clone())),
             None => invalid!(
                 "the fused module has no kernels named `{name}` (no `{name}{FACTS_SUFFIX}` of a `fused_*!` macro)"
             ),
@@ -244,8 +254,8 @@ impl FusedModule {
 impl Drop for FusedModule {
     fn drop(&mut self) {
         // SAFETY: the module was loaded by `load` and is unloaded once; its kernels go with
-        // it (every `Kernel` copy lives in `kernels` or in a call that borrowed `self`). A
-        // failure leaves nothing to undo.
+        // it (every `Kernel` copy lives in `kernels`, `row_plans` or a call that borrowed
+        // `self`). A failure leaves nothing to undo.
         let kernels = self.kernels.get_mut().unwrap_or_else(PoisonError::into_inner);
         self.gpu.modules().forget(kernels.values().map(|kernel| kernel.function));
         unsafe {
@@ -262,13 +272,14 @@ const FACTS_SUFFIX: &str = "_facts";
 struct FusedRows<'m> {
     module: &'m FusedModule,
     name: String,
+    index: FamilyIndex,
     facts: FusedFacts,
     force: Option<PathKind>,
 }
 
 impl<'m> FusedRows<'m> {
-    fn new(module: &'m FusedModule, name: &str, facts: FusedFacts) -> Self {
-        FusedRows { module, name: name.to_string(), facts, force: None }
+    fn new(module: &'m FusedModule, name: &str, index: FamilyIndex, facts: FusedFacts) -> Self {
+        FusedRows { module, name: name.to_string(), index, facts, force: None }
     }
 
     /// A call of these kernels over `rows x cols` with `args`, whose functors access
@@ -282,7 +293,7 @@ impl<'m> FusedRows<'m> {
     ) -> Result<RowCall<'c, A>> {
         let op = self.name.as_str();
         rows_cols(op, &[rows, cols])?;
-        let kernels = RowKernels::Fused { module: self.module, name: op };
+        let kernels = RowKernels::Fused { module: self.module, name: op, index: self.index };
         let mut call =
             RowCall::over(stream, op, kernels, (rows, cols), self.facts.pack as usize, args, self.force, true);
         call.problem.cache_bytes_per_col = self.facts.cache_bytes_per_col;

@@ -35,7 +35,7 @@ struct GpuInner {
     info: DeviceInfo,
     // Dropped before the context (fields drop in order).
     modules: Modules,
-    /// The row calls' plans, by what each depends on.
+    /// The plans of rill's row families, by what each depends on.
     row_plans: RowPlans,
     /// `None` for an offline GPU ([`Gpu::offline`]).
     context: Option<Context>,

@@ -64,12 +64,17 @@ pub(crate) fn check_aligned(op: &str, what: &str, address: u64, bytes: u64) -> R
 #[derive(Clone, Copy)]
 pub(crate) enum RowKernels<'a> {
     Library(LibraryKernels),
-    /// A user's kernels of one name in their own module (`crate::fuse`).
+    /// A user's kernels of one name in their own module (`crate::fuse`), the module's
+    /// `index`th family.
     Fused {
         module: &'a FusedModule,
         name: &'a str,
+        index: FamilyIndex,
     },
 }
+
+/// A fused family's place among its module's families, fixed at load.
+pub(crate) type FamilyIndex = u32;
 
 /// One of rill's row kernel families: the op's kind and dtypes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -101,7 +106,7 @@ impl RowKernels<'_> {
             RowKernels::Library(LibraryKernels::Norm { kind, dtypes }) => {
                 gpu.modules().kernel(KernelKey::Norm { kind, path, dtypes, pack })
             }
-            RowKernels::Fused { module, name } => module.row_kernel(name, path, pack),
+            RowKernels::Fused { module, name, .. } => module.row_kernel(name, path, pack),
         }
     }
 
@@ -110,14 +115,32 @@ impl RowKernels<'_> {
         !matches!(self, RowKernels::Fused { .. })
     }
 
-    /// rill's family, whose plans a GPU remembers ([`RowPlans`]); `None` for a user's
-    /// kernels, whose module may unload and take its kernels with it.
-    fn library(self) -> Option<LibraryKernels> {
+    /// The family as its remembered plans name it.
+    fn planned(self) -> PlannedKernels {
         match self {
-            RowKernels::Library(kernels) => Some(kernels),
-            RowKernels::Fused { .. } => None,
+            RowKernels::Library(kernels) => PlannedKernels::Library(kernels),
+            RowKernels::Fused { index, .. } => PlannedKernels::Fused(index),
         }
     }
+}
+
+impl<'a> RowKernels<'a> {
+    /// Where the family's plans are remembered: rill's with the GPU, a user's with their
+    /// module, whose kernels they name and which may unload before the GPU goes.
+    fn plans(self, gpu: &'a crate::Gpu) -> &'a RowPlans {
+        match self {
+            RowKernels::Library(_) => gpu.row_plans(),
+            RowKernels::Fused { module, .. } => module.row_plans(),
+        }
+    }
+}
+
+/// A row call's kernels as a [`PlanKey`] names them: rill's family, or a fused family by
+/// its place in the module whose [`RowPlans`] hold it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum PlannedKernels {
+    Library(LibraryKernels),
+    Fused(FamilyIndex),
 }
 
 /// Everything a row call's plan depends on but the device: the kernels, the planner's
@@ -126,8 +149,8 @@ impl RowKernels<'_> {
 /// packs and the phase.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct PlanKey {
-    kernels: LibraryKernels,
-    ungathered: Option<LibraryKernels>,
+    kernels: PlannedKernels,
+    ungathered: Option<PlannedKernels>,
     problem: Problem,
     phase: Option<u32>,
     column_sums: u32,
@@ -146,8 +169,8 @@ struct Planned {
     config: LaunchConfig,
 }
 
-/// A GPU's row plans by [`PlanKey`], so that a call of a shape seen before skips the
-/// planner, its kernel lookups and its occupancy questions (each a lock and a hash; measured
+/// Row plans by [`PlanKey`] (a GPU's for rill's families, a fused module's for its own), so
+/// that a call of a shape seen before skips the planner, its kernel lookups and its occupancy questions (each a lock and a hash; measured
 /// in docs/PERF.md, "The small-shape regime"). Forgotten all at once when full: shapes
 /// that vary call by call (rows of every length) must not grow it without bound.
 #[derive(Default)]
@@ -155,7 +178,7 @@ pub(crate) struct RowPlans {
     plans: Mutex<HashMap<PlanKey, Planned>>,
 }
 
-/// Plans a GPU remembers before it starts over.
+/// Plans a [`RowPlans`] remembers before it starts over.
 const REMEMBERED_PLANS: usize = 4096;
 
 impl RowPlans {
@@ -306,8 +329,8 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
     }
 
     /// Plans the call and readies its launch: the kernel looked up and its attributes set,
-    /// the arguments' shape filled in; [`Prepared::launch`] launches it. rill's own kernels'
-    /// plans come from the GPU's memory of earlier calls with the same key ([`PlanKey`]).
+    /// the arguments' shape filled in; [`Prepared::launch`] launches it. A plan comes from
+    /// memory where an earlier call had the same key ([`PlanKey`], [`RowKernels::plans`]).
     pub(crate) fn prepare(mut self) -> Result<Prepared<'a, A>> {
         let widest = self.widest;
         let aligned = self.aligned();
@@ -316,20 +339,21 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
         let block_pack = if aligned || phase.is_some() { widest } else { 1 };
         self.problem = Problem { pack, block_pack, ..self.problem };
         let gpu = self.stream.gpu();
-        let key = self.kernels.library().map(|kernels| PlanKey {
-            kernels,
-            ungathered: self.ungathered.and_then(RowKernels::library),
+        let key = PlanKey {
+            kernels: self.kernels.planned(),
+            ungathered: self.ungathered.map(RowKernels::planned),
             problem: self.problem,
             phase,
             column_sums: self.column_sums,
             column_bytes: self.column_bytes,
             columns_before_blocks: self.columns_before_blocks,
-        });
-        let planned = match key.and_then(|key| gpu.row_plans().get(&key)) {
+        };
+        let plans = self.kernels.plans(gpu);
+        let planned = match plans.get(&key) {
             Some(planned) => planned,
             None => {
                 let planned = self.plan(self.kernels, self.column_sums, self.ungathered)?;
-                key.inspect(|&key| gpu.row_plans().insert(key, planned));
+                plans.insert(key, planned);
                 planned
             }
         };
@@ -583,7 +607,7 @@ mod tests {
     fn plans_are_remembered_by_key_and_forgotten_all_at_once_when_full() {
         let plans = RowPlans::default();
         let key = |rows| PlanKey {
-            kernels: LibraryKernels::Softmax { kind: SoftmaxKind::Forward, dtype: DType::F32 },
+            kernels: PlannedKernels::Library(LibraryKernels::Softmax { kind: SoftmaxKind::Forward, dtype: DType::F32 }),
             ungathered: None,
             problem: dispatch::tests::problem(rows, 1024, 4),
             phase: None,
@@ -599,6 +623,7 @@ mod tests {
         assert!(plans.get(&key(1)).is_some_and(|found| found.plan == plan));
         assert!(plans.get(&key(2)).is_none());
         assert!(plans.get(&PlanKey { phase: Some(3), ..key(1) }).is_none());
+        assert!(plans.get(&PlanKey { kernels: PlannedKernels::Fused(0), ..key(1) }).is_none());
         (2..=REMEMBERED_PLANS).for_each(|rows| plans.insert(key(rows), planned));
         assert!(plans.get(&key(1)).is_some());
         plans.insert(key(REMEMBERED_PLANS + 1), planned);
