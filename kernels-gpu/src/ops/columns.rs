@@ -91,24 +91,15 @@ pub(crate) unsafe fn chunk_sums<C: ColumnTerms<P>, const P: usize>(terms: &C, at
     unsafe {
         if col < at.cols {
             let own = terms.lane(col);
-            let mut add = |row: u64, loaded| terms.add(&own, row, loaded, &mut sum_a, &mut sum_b);
-            // Four rows' loads in flight per lane, then the rest one by one.
-            let (row_step, step) = (step, COLUMN_SUM_WARPS as u64 * step);
+            let add = |row: u64, loaded| terms.add(&own, row, loaded, &mut sum_a, &mut sum_b);
             let load = |row: u64| terms.load(row, col);
-            let mut row = first + warp as u64 * row_step;
-            while row + 3 * step < end {
-                let mut loaded = [load(row); 4];
-                unroll::<4>(|u| {
-                    if u > 0 {
-                        loaded[u] = load(row + u as u64 * step);
-                    }
-                });
-                unroll::<4>(|u| add(row + u as u64 * step, loaded[u]));
-                row += 4 * step;
-            }
-            while row < end {
-                add(row, load(row));
-                row += step;
+            let (row, step) = (first + warp as u64 * step, COLUMN_SUM_WARPS as u64 * step);
+            // A lane's access at pack 1 is one element (a warp's, 64 bytes in 16 bits), so it
+            // keeps more rows' loads in flight for the bytes a wider pack has.
+            if P == 1 {
+                rows_in_flight::<_, 16>((row, step, end), load, add);
+            } else {
+                rows_in_flight::<_, 4>((row, step, end), load, add);
             }
         }
         // Warp w's sums at scratch[(w * 2 + which) * 32 * P + j * 32 + lane].
@@ -136,6 +127,30 @@ pub(crate) unsafe fn chunk_sums<C: ColumnTerms<P>, const P: usize>(terms: &C, at
                 }
             });
         }
+    }
+}
+
+/// `add(row, load(row))` for rows `row, row + step, ..` below `end`, `R` rows' loads in
+/// flight before their adds, then the rest one by one.
+#[inline(always)]
+fn rows_in_flight<L: Copy, const R: usize>(
+    (mut row, step, end): (u64, u64, u64),
+    load: impl Fn(u64) -> L,
+    mut add: impl FnMut(u64, L),
+) {
+    while row + (R as u64 - 1) * step < end {
+        let mut loaded = [load(row); R];
+        unroll::<R>(|u| {
+            if u > 0 {
+                loaded[u] = load(row + u as u64 * step);
+            }
+        });
+        unroll::<R>(|u| add(row + u as u64 * step, loaded[u]));
+        row += R as u64 * step;
+    }
+    while row < end {
+        add(row, load(row));
+        row += step;
     }
 }
 
