@@ -434,9 +434,17 @@ pub const fn column_gather_bytes(groups: u32, sums: u32, cols: u64) -> u64 {
 /// owning one pack of columns.
 pub const COLUMN_SUM_WARPS: u32 = 8;
 
-/// Columns of a column-sum stage-1 tile at pack `pack`: a pack per lane of a warp.
+/// Runs of 32 packs in a column-sum stage-1 tile at pack `pack`, a pack of each per lane: a
+/// warp's access at pack 1 is 32 elements (64 bytes in 16 bits), so there it reads four
+/// runs of each row, 256 contiguous bytes; one run at the wider packs.
+pub const fn column_sum_segments(pack: usize) -> usize {
+    if pack == 1 { 4 } else { 1 }
+}
+
+/// Columns of a column-sum stage-1 tile at pack `pack`: [`column_sum_segments`] runs of a
+/// pack per lane of a warp.
 pub const fn column_sum_tile_cols(pack: usize) -> usize {
-    32 * pack
+    32 * pack * column_sum_segments(pack)
 }
 
 /// Dynamic shared memory of a column-sum stage-1 block at pack `pack`: each warp's two f32

@@ -5,17 +5,17 @@
 //!
 //! Stage 1 ([`chunk_sums`]): block `b` sums rows `chunk * rows_per_chunk ..` (chunk
 //! `b / tiles`), or rows `chunk, chunk + chunks, ...` where [`Columns::interleaved`], of
-//! column tile `b % tiles` (32 lanes x `P` columns). Each warp takes every
-//! [`COLUMN_SUM_WARPS`]-th row of the chunk; the warps' sums then add up in a fixed order
-//! through shared memory, so the result does not depend on scheduling. Stage 2
-//! ([`chunk_totals`]): each column's chunk sums added in a fixed order, a warp's lanes
-//! over 32 columns, the block's warps over the chunks.
+//! column tile `b % tiles` (32 lanes x `P` columns, in [`column_sum_segments`] runs). Each
+//! warp takes every [`COLUMN_SUM_WARPS`]-th row of the chunk; the warps' sums then add up
+//! in a fixed order through shared memory, so the result does not depend on scheduling.
+//! Stage 2 ([`chunk_totals`]): each column's chunk sums added in a fixed order, a warp's
+//! lanes over 32 columns, the block's warps over the chunks.
 
-use crate::abi::{COLUMN_SUM_WARPS, COLUMN_TOTALS_WARPS, column_sum_tile_cols};
+use crate::abi::{COLUMN_SUM_WARPS, COLUMN_TOTALS_WARPS, column_sum_segments, column_sum_tile_cols};
 use crate::arch::{WARP_SIZE, block_idx_x, dynamic_shared, sync_threads, thread_idx_x};
 use crate::pack::{DirectStore, Store};
 use crate::scalar::Scalar;
-use crate::unroll::unroll;
+use crate::unroll::{unroll, unrolled_array};
 use core::num::NonZeroU64;
 
 /// What one row adds to a column pack's two sums.
@@ -23,7 +23,7 @@ pub(crate) trait ColumnTerms<const P: usize> {
     /// What a row's pack of columns is read as (loads kept in flight together).
     type Loaded: Copy;
     /// What a lane needs of its columns beside the rows, read once before them.
-    type Lane;
+    type Lane: Copy;
 
     /// # Safety
     /// `col..col + P` must be columns of the view, `col` aligned to `P`.
@@ -74,61 +74,94 @@ pub(crate) struct Columns {
 /// [`COLUMN_SUM_WARPS`] warps with `column_sum_shared_bytes(P)` of dynamic shared memory.
 #[inline(always)]
 pub(crate) unsafe fn chunk_sums<C: ColumnTerms<P>, const P: usize>(terms: &C, at: &Columns) {
+    const { assert!(column_sum_segments(P) <= MAX_SEGMENTS) };
+    let segments = column_sum_segments(P);
     let tile_cols = column_sum_tile_cols(P) as u64;
     // At least one tile (cols > 0): a divisor with no zero check.
     let tiles = NonZeroU64::new(at.cols.div_ceil(tile_cols)).unwrap_or(NonZeroU64::MIN);
     let (chunk, tile) = (block_idx_x() as u64 / tiles, block_idx_x() as u64 % tiles);
     let (warp, lane) = (thread_idx_x() / WARP_SIZE, thread_idx_x() % WARP_SIZE);
-    let col = tile * tile_cols + lane as u64 * P as u64;
+    // The lane's pack in each run of the tile; a run past the row's end reads the first
+    // run's pack instead and adds nothing.
+    let cols: [u64; MAX_SEGMENTS] =
+        unrolled_array(|k| tile * tile_cols + ((k * WARP_SIZE as usize + lane as usize) * P) as u64);
+    let runs: [bool; MAX_SEGMENTS] = unrolled_array(|k| k < segments && cols[k] < at.cols);
+    let read_at = |k: usize| if runs[k] { cols[k] } else { cols[0] };
     let (first, step, end) = if at.interleaved {
         (chunk, at.chunks, at.rows)
     } else {
         let first = chunk * at.rows_per_chunk;
         (first, 1, (first + at.rows_per_chunk).min(at.rows))
     };
-    let (mut sum_a, mut sum_b) = ([0.0f32; P], [0.0f32; P]);
+    let (mut sum_a, mut sum_b) = ([[0.0f32; P]; MAX_SEGMENTS], [[0.0f32; P]; MAX_SEGMENTS]);
     // SAFETY (block): every access is a pack of a row < rows at a column < cols.
     unsafe {
-        if col < at.cols {
-            let own = terms.lane(col);
-            let add = |row: u64, loaded| terms.add(&own, row, loaded, &mut sum_a, &mut sum_b);
-            let load = |row: u64| terms.load(row, col);
+        if runs[0] {
+            let mut own = [terms.lane(cols[0]); MAX_SEGMENTS];
+            unroll::<MAX_SEGMENTS>(|k| {
+                if k > 0 && runs[k] {
+                    own[k] = terms.lane(cols[k]);
+                }
+            });
+            let load = |row: u64| {
+                let mut loaded = [terms.load(row, cols[0]); MAX_SEGMENTS];
+                unroll::<MAX_SEGMENTS>(|k| {
+                    if k > 0 && k < segments {
+                        loaded[k] = terms.load(row, read_at(k));
+                    }
+                });
+                loaded
+            };
+            let add = |row: u64, loaded: [C::Loaded; MAX_SEGMENTS]| {
+                unroll::<MAX_SEGMENTS>(|k| {
+                    if runs[k] {
+                        terms.add(&own[k], row, loaded[k], &mut sum_a[k], &mut sum_b[k]);
+                    }
+                })
+            };
+            // Four rows' loads of every run in flight per lane, then the rest one by one.
             let (row, step) = (first + warp as u64 * step, COLUMN_SUM_WARPS as u64 * step);
-            // A lane's access at pack 1 is one element (a warp's, 64 bytes in 16 bits), so it
-            // keeps more rows' loads in flight for the bytes a wider pack has.
-            if P == 1 {
-                rows_in_flight::<_, 16>((row, step, end), load, add);
-            } else {
-                rows_in_flight::<_, 4>((row, step, end), load, add);
-            }
+            rows_in_flight::<_, 4>((row, step, end), load, add);
         }
-        // Warp w's sums at scratch[(w * 2 + which) * 32 * P + j * 32 + lane].
+        // Warp w's sums at scratch[((w * 2 + which) * segments * P + k * P + j) * 32 + lane].
         let scratch = dynamic_shared::<f32>();
-        let slot =
-            |w: u32, which: usize, j: usize| ((w as usize * 2 + which) * P + j) * WARP_SIZE as usize + lane as usize;
-        unroll::<P>(|j| {
-            scratch.add(slot(warp, 0, j)).write(sum_a[j]);
-            scratch.add(slot(warp, 1, j)).write(sum_b[j]);
+        let slot = |w: u32, which: usize, k: usize, j: usize| {
+            (((w as usize * 2 + which) * segments + k) * P + j) * WARP_SIZE as usize + lane as usize
+        };
+        unroll::<MAX_SEGMENTS>(|k| {
+            if k < segments {
+                unroll::<P>(|j| {
+                    scratch.add(slot(warp, 0, k, j)).write(sum_a[k][j]);
+                    scratch.add(slot(warp, 1, k, j)).write(sum_b[k][j]);
+                });
+            }
         });
         sync_threads();
-        if warp == 0 && col < at.cols {
+        if warp == 0 {
             let partial = at.partial as *mut f32;
-            let chunk_at = (chunk * at.cols + col) as usize;
             let second_at = (at.chunks * at.cols) as usize;
-            unroll::<P>(|j| {
-                let (mut a, mut b) = (0.0, 0.0);
-                for w in 0..COLUMN_SUM_WARPS {
-                    a += scratch.add(slot(w, 0, j)).read();
-                    b += scratch.add(slot(w, 1, j)).read();
-                }
-                partial.add(chunk_at + j).write(a);
-                if terms.second() {
-                    partial.add(second_at + chunk_at + j).write(b);
+            unroll::<MAX_SEGMENTS>(|k| {
+                if runs[k] {
+                    let chunk_at = (chunk * at.cols + cols[k]) as usize;
+                    unroll::<P>(|j| {
+                        let (mut a, mut b) = (0.0, 0.0);
+                        for w in 0..COLUMN_SUM_WARPS {
+                            a += scratch.add(slot(w, 0, k, j)).read();
+                            b += scratch.add(slot(w, 1, k, j)).read();
+                        }
+                        partial.add(chunk_at + j).write(a);
+                        if terms.second() {
+                            partial.add(second_at + chunk_at + j).write(b);
+                        }
+                    });
                 }
             });
         }
     }
 }
+
+/// The most runs of packs a stage-1 tile has ([`column_sum_segments`]).
+const MAX_SEGMENTS: usize = 4;
 
 /// `add(row, load(row))` for rows `row, row + step, ..` below `end`, `R` rows' loads in
 /// flight before their adds, then the rest one by one.
