@@ -447,6 +447,12 @@ pub const fn column_sum_tile_cols(pack: usize) -> usize {
     32 * pack * column_sum_segments(pack)
 }
 
+/// The first column of lane `lane`'s pack in run `run` of stage-1 tile `tile` at pack `pack`
+/// (a column past the row's end where the tile is the last and partial).
+pub const fn column_sum_col(tile: u64, run: usize, lane: u32, pack: usize) -> u64 {
+    tile * column_sum_tile_cols(pack) as u64 + ((run * 32 + lane as usize) * pack) as u64
+}
+
 /// Dynamic shared memory of a column-sum stage-1 block at pack `pack`: each warp's two f32
 /// sums per column of its tile, added in a fixed order.
 pub const fn column_sum_shared_bytes(pack: usize) -> u32 {

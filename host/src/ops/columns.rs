@@ -88,6 +88,7 @@ pub(crate) unsafe fn sum_chunks<A: Copy>(stream: &Stream, totals_kernel: Kernel,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rill_kernels_gpu::abi::{column_sum_col, column_sum_segments};
 
     #[test]
     fn chunks_cover_the_rows_in_chunks_of_at_least_32() {
@@ -96,6 +97,25 @@ mod tests {
             let (per_chunk, chunks) = chunking(rows, cols, pack, &device);
             assert!(per_chunk * chunks >= rows as u64 && per_chunk * (chunks - 1) < rows as u64);
             assert!(per_chunk >= 32 || chunks == 1, "{rows} {cols}: {per_chunk} x {chunks}");
+        }
+    }
+
+    #[test]
+    fn stage_one_tiles_cover_every_column_once() {
+        for pack in [1, 4, 8] {
+            for cols in [1usize, 31, 32, 33, 127, 128, 129, 1000, 4096, 32001 / pack * pack] {
+                let cols = cols.next_multiple_of(pack);
+                let mut seen = vec![0u32; cols];
+                for tile in 0..cols.div_ceil(column_sum_tile_cols(pack)) as u64 {
+                    for run in 0..column_sum_segments(pack) {
+                        for lane in 0..32 {
+                            let col = column_sum_col(tile, run, lane, pack) as usize;
+                            (col..col + pack).filter(|&c| c < cols).for_each(|c| seen[c] += 1);
+                        }
+                    }
+                }
+                assert!(seen.iter().all(|&n| n == 1), "pack {pack}, {cols} columns");
+            }
         }
     }
 }

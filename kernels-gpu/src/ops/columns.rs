@@ -11,7 +11,7 @@
 //! Stage 2 ([`chunk_totals`]): each column's chunk sums added in a fixed order, a warp's
 //! lanes over 32 columns, the block's warps over the chunks.
 
-use crate::abi::{COLUMN_SUM_WARPS, COLUMN_TOTALS_WARPS, column_sum_segments, column_sum_tile_cols};
+use crate::abi::{COLUMN_SUM_WARPS, COLUMN_TOTALS_WARPS, column_sum_col, column_sum_segments, column_sum_tile_cols};
 use crate::arch::{WARP_SIZE, block_idx_x, dynamic_shared, sync_threads, thread_idx_x};
 use crate::pack::{DirectStore, Store};
 use crate::scalar::Scalar;
@@ -83,8 +83,7 @@ pub(crate) unsafe fn chunk_sums<C: ColumnTerms<P>, const P: usize>(terms: &C, at
     let (warp, lane) = (thread_idx_x() / WARP_SIZE, thread_idx_x() % WARP_SIZE);
     // The lane's pack in each run of the tile; a run past the row's end reads the first
     // run's pack instead and adds nothing.
-    let cols: [u64; MAX_SEGMENTS] =
-        unrolled_array(|k| tile * tile_cols + ((k * WARP_SIZE as usize + lane as usize) * P) as u64);
+    let cols: [u64; MAX_SEGMENTS] = unrolled_array(|k| column_sum_col(tile, k, lane, P));
     let runs: [bool; MAX_SEGMENTS] = unrolled_array(|k| k < segments && cols[k] < at.cols);
     let read_at = |k: usize| if runs[k] { cols[k] } else { cols[0] };
     let (first, step, end) = if at.interleaved {
