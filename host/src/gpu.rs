@@ -67,14 +67,7 @@ impl Gpu {
                 .map(|v| (v.major() as u32, v.minor() as u32))
                 .during("cuDriverGetVersion")?,
         };
-        Ok(Gpu {
-            inner: Arc::new(GpuInner {
-                info,
-                modules: Modules::default(),
-                row_plans: RowPlans::default(),
-                context: Some(context),
-            }),
-        })
+        Ok(Gpu::with(info, Some(context)))
     }
 
     /// A GPU described by `info` but not opened, for checking calls where there is no CUDA
@@ -115,14 +108,13 @@ impl Gpu {
     /// [`Error::Driver`]: crate::Error::Driver
     /// [`View::from_raw`]: crate::View::from_raw
     pub fn offline(info: DeviceInfo) -> Gpu {
-        Gpu {
-            inner: Arc::new(GpuInner {
-                info,
-                modules: Modules::default(),
-                row_plans: RowPlans::default(),
-                context: None,
-            }),
-        }
+        Gpu::with(info, None)
+    }
+
+    /// A GPU of `info` and `context`, nothing loaded or planned yet.
+    fn with(info: DeviceInfo, context: Option<Context>) -> Gpu {
+        let (modules, row_plans) = (Modules::default(), RowPlans::default());
+        Gpu { inner: Arc::new(GpuInner { info, modules, row_plans, context }) }
     }
 
     pub fn info(&self) -> &DeviceInfo {

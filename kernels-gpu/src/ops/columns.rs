@@ -118,9 +118,8 @@ pub(crate) unsafe fn chunk_sums<C: ColumnTerms<P>, const P: usize>(terms: &C, at
                     }
                 })
             };
-            // Four rows' loads of every run in flight per lane, then the rest one by one.
             let (row, step) = (first + warp as u64 * step, COLUMN_SUM_WARPS as u64 * step);
-            rows_in_flight::<_, 4>((row, step, end), load, add);
+            rows_in_flight((row, step, end), load, add);
         }
         // Warp w's sums at scratch[((w * 2 + which) * segments * P + k * P + j) * 32 + lane].
         let scratch = dynamic_shared::<f32>();
@@ -159,17 +158,21 @@ pub(crate) unsafe fn chunk_sums<C: ColumnTerms<P>, const P: usize>(terms: &C, at
     }
 }
 
-/// The most runs of packs a stage-1 tile has ([`column_sum_segments`]).
-const MAX_SEGMENTS: usize = 4;
+/// The most runs of packs a stage-1 tile has: pack 1's ([`column_sum_segments`]).
+const MAX_SEGMENTS: usize = column_sum_segments(1);
 
-/// `add(row, load(row))` for rows `row, row + step, ..` below `end`, `R` rows' loads in
-/// flight before their adds, then the rest one by one.
+/// Rows whose loads of every run a stage-1 lane keeps in flight together.
+const ROWS_IN_FLIGHT: usize = 4;
+
+/// `add(row, load(row))` for rows `row, row + step, ..` below `end`, [`ROWS_IN_FLIGHT`]
+/// rows' loads in flight before their adds, then the rest one by one.
 #[inline(always)]
-fn rows_in_flight<L: Copy, const R: usize>(
+fn rows_in_flight<L: Copy>(
     (mut row, step, end): (u64, u64, u64),
     load: impl Fn(u64) -> L,
     mut add: impl FnMut(u64, L),
 ) {
+    const R: usize = ROWS_IN_FLIGHT;
     while row + (R as u64 - 1) * step < end {
         let mut loaded = [load(row); R];
         unroll::<R>(|u| {

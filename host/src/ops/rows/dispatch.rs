@@ -525,9 +525,8 @@ fn column_reading_blocks(
     let Some(halved) = halved_blocks(occupancy, largest, half_bytes)? else {
         return Ok(largest);
     };
-    let resident = halved.resident;
     let threads = |b: ClusterBlocks| b.resident as u64 * b.cluster as u64 * b.block as u64;
-    let per_sm = (resident as u64 * largest.cluster as u64).div_ceil(device.multiprocessors.max(1) as u64);
+    let per_sm = (halved.resident as u64 * largest.cluster as u64).div_ceil(device.multiprocessors.max(1) as u64);
     let caches = per_sm * (half_bytes + (CLUSTER_STATIC_SHARED_BYTES + RESERVED_SHARED_BYTES) as u64);
     let slice_cols = problem.slice_packs(largest.cluster) * problem.block_pack.max(1) as u64;
     let columns = per_sm * slice_cols * problem.passes_column_bytes as u64;
