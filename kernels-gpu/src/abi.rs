@@ -147,15 +147,16 @@ impl RowShape {
         (self.phase as u64 + row * self.cols).wrapping_neg() & (pack - 1)
     }
 
+    /// Whether every row starts at a pack of `pack` and holds whole packs.
+    const fn aligned(&self, pack: u64) -> bool {
+        pack == 1 || (self.phase == 0 && self.cols.is_multiple_of(pack))
+    }
+
     /// Aligned packs the block paths take from every row, starting at its head: all of a
     /// row where every row is aligned, else as many as the row with the longest head holds,
     /// so every row has the same (and the cluster path the same slices).
     pub const fn aligned_packs(&self, pack: u64) -> u64 {
-        if pack == 1 || (self.phase == 0 && self.cols.is_multiple_of(pack)) {
-            self.cols / pack
-        } else {
-            (self.cols + 1).saturating_sub(pack) / pack
-        }
+        if self.aligned(pack) { self.cols / pack } else { (self.cols + 1).saturating_sub(pack) / pack }
     }
 
     /// Elements of each row outside its aligned packs: at most `2 * pack - 2`.
@@ -168,6 +169,45 @@ impl RowShape {
     pub const fn edge_col(&self, row: u64, pack: u64, edge: u64) -> u64 {
         if edge < self.head(row, pack) { edge } else { self.aligned_packs(pack) * pack + edge }
     }
+
+    /// Block `rank`'s part of each row on a cluster of `ranks` blocks where each block owns
+    /// its columns in every row (gathering per-column sums of rows run from their heads):
+    /// `(first column, columns, aligned packs)`. The parts are consecutive columns,
+    /// [`cluster_part_cols`] each (the last shorter, or empty), so each starts at a
+    /// multiple of `pack` and a row's head is the same in every part. A block takes its
+    /// part's aligned packs from the row's head on (as many in every row, by
+    /// [`RowShape::aligned_packs`]'s rule) and its other elements one at a time
+    /// ([`part_edge_col`]). (The cluster's other kernels split a row's aligned packs
+    /// instead, the first block taking the row's few other elements.)
+    pub const fn cluster_part(&self, pack: u64, rank: u32, ranks: u32) -> (u64, u64, u64) {
+        let each = cluster_part_cols(self.cols, pack, ranks);
+        let first = if rank as u64 * each < self.cols { rank as u64 * each } else { self.cols };
+        let cols = if each < self.cols - first { each } else { self.cols - first };
+        (first, cols, part_packs(cols, pack, self.aligned(pack)))
+    }
+}
+
+/// Columns of each block's part of a row of `cols` split over a cluster of `ranks` blocks
+/// ([`RowShape::cluster_part`]): a multiple of `pack`, so the host sizes a block's shared
+/// memory for the kernel's parts.
+pub const fn cluster_part_cols(cols: u64, pack: u64, ranks: u32) -> u64 {
+    let ranks = if ranks == 0 { 1 } else { ranks as u64 };
+    cols.div_ceil(pack).div_ceil(ranks) * pack
+}
+
+/// Aligned packs of `pack` in `cols` columns of each row from a multiple of `pack` on: all
+/// where the rows are `aligned`, else as many as follow the longest head (`pack - 1`).
+pub const fn part_packs(cols: u64, pack: u64, aligned: bool) -> u64 {
+    if aligned { cols / pack } else { (cols + 1).saturating_sub(pack) / pack }
+}
+
+/// The column of edge `edge` (below the part's columns outside its packs) of a row's part
+/// from column `first` holding `packs` aligned packs from the row's `head` on: the
+/// elements before its first pack, then those after its last. In 32 bits, as the cluster
+/// kernels compute it: a row's columns fit them (the host's widest row, `MAX_COLS`, is
+/// under 2^31), and in 64 ptxas gave those kernels up to 16 more registers.
+pub const fn part_edge_col(first: u32, packs: u32, head: u32, pack: u32, edge: u32) -> u32 {
+    first + if edge < head { edge } else { packs * pack + edge }
 }
 
 /// Kernel parameter structs that start with a [`RowShape`].
@@ -424,10 +464,20 @@ pub const fn column_totals_shared_bytes() -> u32 {
 
 /// Bytes of dynamic shared memory a backward that gathers column sums from its rows (the
 /// norms' parameter gradients) holds them in, before its row caches: `groups` partial rows
-/// of `sums x cols` f32, one for each set of threads that never share a column (a lane
-/// group on the warp path, `block / width` of them; the block on the others).
-pub const fn column_gather_bytes(groups: u32, sums: u32, cols: u64) -> u64 {
-    groups as u64 * sums as u64 * cols * size_of::<f32>() as u64
+/// of `sums x stride` f32, one for each set of threads that never share a column (a lane
+/// group on the warp path, `block / width` of them; the block on the others), each sum's
+/// columns `stride` f32s apart (the columns, or [`column_gather_stride`] of them on rows
+/// run from their heads).
+pub const fn column_gather_bytes(groups: u32, sums: u32, stride: u64) -> u64 {
+    groups as u64 * sums as u64 * stride * size_of::<f32>() as u64
+}
+
+/// The f32s from one gathered sum's `cols` columns to the next's on rows run from their
+/// heads: `cols` rounded up to 16 bytes, so each sum's first column and the row caches
+/// after the sums (filled and read 16 bytes at a time) stay aligned where the columns are
+/// not a multiple of four.
+pub const fn column_gather_stride(cols: u64) -> u64 {
+    cols.next_multiple_of((PACK_BYTES / size_of::<f32>()) as u64)
 }
 
 /// Warps per block of the column sums' stage 1 (the norms' parameter gradients), each lane

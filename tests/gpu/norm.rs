@@ -1029,10 +1029,11 @@ fn special_rows<T: Element>(suite: &mut Suite) {
 
 /// The backward with its parameter gradients on the widest rows whose sums the clusters
 /// gather, each of up to 16 blocks its slice's (f32 LayerNorm at 131072 columns, RMSNorm in
-/// 16 bits at 262144), and past them, where a second kernel sums the columns (f32 LayerNorm
-/// at 262144), on the dispatcher's plans.
+/// 16 bits at 262144; at 131073 the rows run from their heads, each block taking its part's
+/// elements outside its packs), and past them, where a second kernel sums the columns (f32
+/// LayerNorm at 262144), on the dispatcher's plans.
 fn widest_gathering<T: Element>(suite: &mut Suite) {
-    for cols in [131072, 262144] {
+    for cols in [131072, 131073, 262144] {
         for rows in [3, 9] {
             let at = At::new(rows, cols, None);
             backward_case::<T, T>(suite, Spec::LAYER, at, Data::Mixed);

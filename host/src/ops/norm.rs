@@ -608,17 +608,26 @@ impl Norm {
         row.column_bytes = column_bytes(&weight, &None);
         // The parameter gradients gathered from the rows as dx reads them, where that
         // kernel has a path: aligned rows on the warp path, or in one block's shared memory
-        // or a cluster's (each block its slice's sums). Elsewhere (rows run from their
-        // heads, rows too wide, a forced path, or a plan off those paths on this device:
-        // `Prepared::gathers`) `param_grad` reads x and dy again.
+        // or a cluster's (each block its slice's sums), and so rows run from their heads
+        // where the table has their gathering kernels (f32 rows). Elsewhere (rows too wide,
+        // a forced path, or a plan off those paths on this device: `Prepared::gathers`)
+        // `param_grad` reads x and dy again.
         let sums = match kind {
             NormKind::LayerNorm => 2,
             NormKind::RmsNorm => 1,
         };
         let wants_params = dweight.is_some() || dbias.is_some();
+        let phased_gathering = KernelKey::Norm {
+            kind: NormKernelKind::BackwardParams,
+            path: RowPath::SharedPhased,
+            dtypes,
+            pack: row.widest,
+        }
+        .symbol()
+        .is_some();
         let gathers = wants_params
             && self.force.is_none()
-            && row.aligned()
+            && (row.aligned() || (phased_gathering && cols > BACKWARD_WARP_MAX_COLS && row.shares_phase()))
             && gathers_columns(&row.problem, sums, row.stream.gpu().info());
         if gathers {
             row.ungathered = Some(row.kernels);
@@ -665,7 +674,8 @@ impl Norm {
             let grad_args = NormParamGradArgs { chunks, partial, ..grad_args };
             // SAFETY: the row kernel writes `sums` rows of `cols` f32 per partial row of its
             // plan into `partial` before the totals read them, on the same stream.
-            prepared.launch().and_then(|plan| unsafe { chunk_totals::<G>(stream, op, grad_args) }.map(|()| plan))
+            launch_reading_copies::<G>(stream, op, prepared)
+                .and_then(|plan| unsafe { chunk_totals::<G>(stream, op, grad_args) }.map(|()| plan))
         })
     }
 }
@@ -767,22 +777,31 @@ mod tests {
             (f32_, f16_, f32_),
             (f32_, bf16_, f32_),
         ];
-        let paths = [RowPath::WARP.as_slice(), &[RowPath::Shared, RowPath::Uncached, RowPath::Cluster]].concat();
+        let paths = [
+            RowPath::WARP.as_slice(),
+            &[RowPath::Shared, RowPath::Uncached, RowPath::Cluster, RowPath::SharedPhased, RowPath::ClusterPhased],
+        ]
+        .concat();
         for &path in &paths {
             for dtypes in forward {
                 let pack = max_pack(dtypes.0.size(), dtypes.1.size());
                 let key = |kind, pack| KernelKey::Norm { kind, path, dtypes, pack };
+                // The phased paths run rows of one element size, at the widest pack only.
+                let phased_kernels = dtypes.0.size() == dtypes.1.size();
                 for kind in [NormKernelKind::Forward, NormKernelKind::AddForward] {
-                    assert!(key(kind, pack).symbol().is_some(), "{kind:?} {path:?} {dtypes:?}");
-                    assert!(key(kind, 1).symbol().is_some());
+                    let expected = !path.phased() || phased_kernels;
+                    assert_eq!(key(kind, pack).symbol().is_some(), expected, "{kind:?} {path:?} {dtypes:?}");
+                    assert_eq!(key(kind, 1).symbol().is_some(), !path.phased());
                 }
                 let backward = key(NormKernelKind::Backward, pack).symbol().is_some();
                 assert_eq!(backward, dtypes.0 == dtypes.1, "{path:?} {dtypes:?}");
-                // The gathering backward on the paths its calls plan, aligned: the warp
-                // tiers of rows up to BACKWARD_WARP_MAX_COLS, and the shared and cluster paths.
+                // The gathering backward on the paths its calls plan: the warp tiers of
+                // aligned rows up to BACKWARD_WARP_MAX_COLS, the shared and cluster paths, and
+                // for f32 rows their phased forms.
                 let gathers =
                     RowPath::WARP.iter().any(|p| *p == path && 32 * path.warp_elements() <= BACKWARD_WARP_MAX_COLS)
-                        || matches!(path, RowPath::Shared | RowPath::Cluster);
+                        || matches!(path, RowPath::Shared | RowPath::Cluster)
+                        || (path.phased() && path != RowPath::UncachedPhased && dtypes == (f32_, f32_, f32_));
                 let params = key(NormKernelKind::BackwardParams, pack).symbol().is_some();
                 assert_eq!(params, gathers && backward, "{path:?} {dtypes:?}");
                 assert!(key(NormKernelKind::BackwardParams, 1).symbol().is_none());

@@ -12,7 +12,7 @@ use crate::Error::Unsupported;
 use crate::launch::grid_stride_blocks;
 use rill_kernels_gpu::abi::{
     CLUSTER_STATIC_SHARED_BYTES, MAX_CLUSTER_BLOCKS, PACK_BYTES, ROW_CLUSTER_SIZES, ROW_STATIC_SHARED_BYTES,
-    ROW_WARP_BLOCK_SIZE, column_gather_bytes, rows_per_access,
+    ROW_WARP_BLOCK_SIZE, cluster_part_cols, column_gather_bytes, column_gather_stride, part_packs, rows_per_access,
 };
 use rill_kernels_gpu::table::RowPath;
 
@@ -201,10 +201,46 @@ impl Problem {
         Plan { path, pack: self.block_pack, phased: self.block_phased(), grid }
     }
 
-    /// The packs of the block paths' pack in one block's slice of a row split over
+    /// Whether a cluster's blocks each own a part of every row's columns (the kernels'
+    /// `RowShape::cluster_part`): where they gather column sums from rows run from their
+    /// heads. Elsewhere they split a row's aligned packs.
+    fn owns_parts(&self) -> bool {
+        self.gathered_bytes_per_col > 0 && self.block_phased()
+    }
+
+    /// The aligned packs of the block paths' pack in one block's slice of a row split over
     /// `cluster` blocks (the last slice may hold fewer).
     fn slice_packs(&self, cluster: u32) -> u64 {
-        (self.cols as u64 / self.block_pack.max(1) as u64).div_ceil(cluster as u64)
+        let (cols, pack) = (self.cols as u64, self.block_pack.max(1) as u64);
+        if self.owns_parts() {
+            part_packs(cluster_part_cols(cols, pack, cluster), pack, false)
+        } else {
+            (cols / pack).div_ceil(cluster as u64)
+        }
+    }
+
+    /// The columns of one block's slice of a row split over `cluster` blocks: its part's
+    /// where it owns one, else its packs'.
+    fn slice_cols(&self, cluster: u32) -> u64 {
+        let pack = self.block_pack.max(1) as u64;
+        if self.owns_parts() {
+            cluster_part_cols(self.cols as u64, pack, cluster)
+        } else {
+            self.slice_packs(cluster) * pack
+        }
+    }
+
+    /// Shared memory of a block holding `cols` columns of each cached array and of the
+    /// gathered sums.
+    fn block_bytes(&self, cols: u64) -> u64 {
+        cols * self.cache_bytes_per_col as u64 + self.gathered_bytes(cols)
+    }
+
+    /// Shared memory of the gathered sums of `cols` columns (the kernels' `ColumnSlab`:
+    /// each sum's columns 16-byte aligned).
+    fn gathered_bytes(&self, cols: u64) -> u64 {
+        let sums = self.gathered_bytes_per_col / size_of::<f32>() as u32;
+        column_gather_bytes(1, sums, column_gather_stride(cols))
     }
 
     /// Whether the block paths run rows from their heads: their pack is wider than every
@@ -368,7 +404,7 @@ fn block_grid(rows: usize, block: u32, device: &DeviceInfo) -> u32 {
 /// H100 (a user's int8 softmax, 4096x32000), 4 blocks of 512 ran in 147-149 µs against
 /// 151-152 for 7 of 256.
 fn shared_plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancy<'_>) -> crate::Result<Option<(Plan, u32)>> {
-    let bytes = problem.cols as u64 * (problem.cache_bytes_per_col + problem.gathered_bytes_per_col) as u64;
+    let bytes = problem.block_bytes(problem.cols as u64);
     if !fits_a_block(bytes, device) {
         return Ok(None);
     }
@@ -398,7 +434,7 @@ fn fits_a_block(bytes: u64, device: &DeviceInfo) -> bool {
 /// Bytes per column a block's gathered column sums add to its cached row
 /// ([`Problem::gathered_bytes_per_col`] for `sums` f32 sums).
 pub fn gathered_bytes_per_col(sums: u32) -> u32 {
-    column_gather_bytes(1, sums, 1) as u32
+    sums * size_of::<f32>() as u32
 }
 
 /// Whether a backward's rows can gather `sums` column sums (its gathering kernels' paths):
@@ -412,8 +448,9 @@ pub fn gathered_bytes_per_col(sums: u32) -> u32 {
 pub fn gathers_columns(problem: &Problem, sums: u32, device: &DeviceInfo) -> bool {
     let cols = problem.cols as u64;
     let per_col = problem.cache_bytes_per_col + gathered_bytes_per_col(sums);
+    let gathering = Problem { gathered_bytes_per_col: gathered_bytes_per_col(sums), ..*problem };
     problem.cols <= problem.warp_max_cols
-        || fits_a_block(cols * per_col as u64, device)
+        || fits_a_block(gathering.block_bytes(cols), device)
         || (gathered_bytes_per_col(sums) <= problem.cache_bytes_per_col && fits_a_cluster(cols, per_col, device))
 }
 
@@ -464,8 +501,8 @@ fn cluster_plan(
     let pack = problem.block_pack.max(1) as u64;
     let slice_bytes = |cluster: u32, block: u32| {
         let (packs, held) = (problem.slice_packs(cluster), problem.cluster_held_packs as u64 * block as u64);
-        let cached = packs.saturating_sub(held) * problem.cache_bytes_per_col as u64;
-        (cached + packs * problem.gathered_bytes_per_col as u64) * pack
+        let cached = packs.saturating_sub(held) * problem.cache_bytes_per_col as u64 * pack;
+        cached + problem.gathered_bytes(problem.slice_cols(cluster))
     };
     for cluster in ROW_CLUSTER_SIZES {
         for block in BLOCK_SIZES.into_iter().rev().filter(|&b| b <= problem.block_limit) {
@@ -528,8 +565,7 @@ fn column_reading_blocks(
     let threads = |b: ClusterBlocks| b.resident as u64 * b.cluster as u64 * b.block as u64;
     let per_sm = (halved.resident as u64 * largest.cluster as u64).div_ceil(device.multiprocessors.max(1) as u64);
     let caches = per_sm * (half_bytes + (CLUSTER_STATIC_SHARED_BYTES + RESERVED_SHARED_BYTES) as u64);
-    let slice_cols = problem.slice_packs(largest.cluster) * problem.block_pack.max(1) as u64;
-    let columns = per_sm * slice_cols * problem.passes_column_bytes as u64;
+    let columns = per_sm * problem.slice_cols(largest.cluster) * problem.passes_column_bytes as u64;
     let l1 = (device.max_shared_bytes_per_multiprocessor as u64).saturating_sub(caches);
     Ok(if threads(halved) >= threads(largest) && columns <= l1 { halved } else { largest })
 }

@@ -323,6 +323,12 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
                 .all(|&(address, bytes)| address % (widest * bytes).min(PACK_BYTES) as u64 == 0)
     }
 
+    /// Whether the block paths may run the rows from their heads in the widest pack: the
+    /// call allows it and every array starts at one offset from 16 bytes.
+    pub(crate) fn shares_phase(&self) -> bool {
+        self.phased && shared_phase(&self.arrays, self.widest).is_some()
+    }
+
     /// Plans the call and runs it (or, for `plan_only`, only plans it).
     pub(crate) fn run(self) -> Result<Plan> {
         self.prepare()?.launch()
@@ -549,7 +555,7 @@ fn shared_carveout(needed: u32, column_bytes: u32, capacity: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rill_kernels_gpu::abi::RowShape;
+    use rill_kernels_gpu::abi::{RowShape, cluster_part_cols, part_edge_col, part_packs};
 
     #[test]
     fn carveout_leaves_room_for_column_data_but_not_at_the_blocks_cost() {
@@ -582,10 +588,56 @@ mod tests {
                             assert!((phase as u64 + row * cols + col).is_multiple_of(pack));
                             (col..col + pack).for_each(|c| seen[c as usize] += 1);
                         }
-                        for edge in 0..shape.edges(pack) {
-                            seen[shape.edge_col(row, pack, edge) as usize] += 1;
+                        let packs = shape.aligned_packs(pack) as u32;
+                        for edge in 0..shape.edges(pack) as u32 {
+                            seen[part_edge_col(0, packs, head as u32, pack as u32, edge) as usize] += 1;
                         }
                         assert!(seen.iter().all(|&n| n == 1), "{shape:?} pack {pack} row {row}: {seen:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// A cluster's blocks split each row into parts of whole packs of columns; each block
+    /// takes its part's aligned packs from the row's head on and its other elements one at
+    /// a time, so every column is one block's, in every row, whatever its head, and no part
+    /// outgrows what the planner sizes a block's shared memory for.
+    #[test]
+    fn cluster_parts_cover_every_column_once_each_within_its_block() {
+        for pack in [1u64, 4, 8] {
+            for phase in 0..pack as u32 {
+                for cols in [1u64, 7, 9, 17, 33, 1000, 4097, 32001, 50257] {
+                    let shape = RowShape { rows: 0, cols, width: 0, phase };
+                    let aligned = phase == 0 && cols.is_multiple_of(pack);
+                    for ranks in [2u32, 3, 4, 8, 16] {
+                        let each = cluster_part_cols(cols, pack, ranks);
+                        assert!(each.is_multiple_of(pack) && each * ranks as u64 >= cols);
+                        for row in 0..2 * pack {
+                            let head = shape.head(row, pack);
+                            let mut seen = vec![0; cols as usize];
+                            for rank in 0..ranks {
+                                let (first, part, packs) = shape.cluster_part(pack, rank, ranks);
+                                assert!(part <= each && packs <= part_packs(each, pack, pack == 1 || aligned));
+                                assert!(part - packs * pack <= 2 * pack - 2, "{shape:?} {rank}/{ranks}");
+                                let mut mark = |col: u64| {
+                                    assert!((first..first + part).contains(&col), "{shape:?} {rank}/{ranks}");
+                                    seen[col as usize] += 1;
+                                };
+                                for k in 0..packs {
+                                    let col = first + head + k * pack;
+                                    assert!((phase as u64 + row * cols + col).is_multiple_of(pack));
+                                    (col..col + pack).for_each(&mut mark);
+                                }
+                                let edge_col = |edge| {
+                                    part_edge_col(first as u32, packs as u32, head as u32, pack as u32, edge) as u64
+                                };
+                                for edge in 0..(part - packs * pack) as u32 {
+                                    mark(edge_col(edge));
+                                }
+                            }
+                            assert!(seen.iter().all(|&n| n == 1), "{shape:?} {ranks} row {row}: {seen:?}");
+                        }
                     }
                 }
             }

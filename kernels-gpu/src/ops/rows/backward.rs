@@ -8,10 +8,9 @@
 #[cfg(feature = "cluster")]
 use super::ClusterSplit;
 use super::{
-    BlockRow, BlockSplit, HeldRowCache, RowSplit, Slice, WarpRows, block_packs_loaded, warp_load, warp_row_reduce,
-    warp_store,
+    BlockSplit, HeldRowCache, RowSplit, Slice, WarpRows, block_packs_loaded, warp_load, warp_row_reduce, warp_store,
 };
-use crate::abi::{RowShape, column_gather_bytes};
+use crate::abi::{RowShape, column_gather_bytes, column_gather_stride};
 use crate::arch::{
     SharedAddr, block_dim_x, dynamic_shared_addr, load_shared, store_shared, sync_threads, thread_idx_x,
     wait_async_copies,
@@ -101,15 +100,19 @@ impl ColumnGather for NoGather {
 }
 
 /// A block's gathered column sums in shared memory, first in its dynamic shared memory
-/// (the row caches follow): `groups` partial rows of `sums x cols` f32 for the `cols`
-/// columns from `first` ([`RowSplit::gathered_columns`]), one per set of threads that never
-/// share a column (a lane group on the warp path, the block on the others), so each word
-/// has one writer and no atomics are needed. Empty where nothing is gathered.
+/// (the row caches follow): `groups` partial rows of `sums` f32 sums of the `cols` columns
+/// from `first` ([`RowSplit::gathered_columns`], or on rows run from their heads the
+/// block's [`RowSplit::owned_slice`]), one per set of threads that never share a column (a
+/// lane group on the warp path, the block on the others), so each word has one writer and
+/// no atomics are needed. Empty where nothing is gathered.
 #[derive(Clone, Copy)]
 struct ColumnSlab {
     base: SharedAddr,
     first: u64,
     cols: u32,
+    /// F32s from one sum's columns to the next's: `cols`, or on rows run from their heads
+    /// [`column_gather_stride`] of them.
+    stride: u32,
     sums: u32,
     groups: u32,
     /// The row's columns: the stride of the partial array's rows.
@@ -120,22 +123,31 @@ struct ColumnSlab {
 
 impl ColumnSlab {
     #[inline(always)]
-    fn new<C: ColumnGather, R: RowSplit, const P: usize>(gather: &C, split: &R, shape: &RowShape, groups: u32) -> Self {
+    fn new<C: ColumnGather, R: RowSplit, const P: usize, const PHASED: bool>(
+        gather: &C,
+        split: &R,
+        shape: &RowShape,
+        groups: u32,
+    ) -> Self {
         let sums = if C::GATHERS { gather.sums() } else { 0 };
-        let (first, cols) = split.gathered_columns::<P>(shape);
+        // Rows run from their heads gather the block's owned columns ([`RowSplit::owned_slice`]).
+        let owns = C::GATHERS && PHASED;
+        let (first, cols) =
+            if owns { split.owned_slice::<P>(shape).columns::<P>() } else { split.gathered_columns::<P>(shape) };
         let (base, row_cols, partial_row) = (dynamic_shared_addr(), shape.cols, split.partial_row());
-        ColumnSlab { base, first, cols, sums, groups, row_cols, partial_row }
+        let stride = if owns { column_gather_stride(cols as u64) as u32 } else { cols };
+        ColumnSlab { base, first, cols, stride, sums, groups, row_cols, partial_row }
     }
 
     /// Where the shared memory after the slab starts.
     #[inline(always)]
     fn end(&self) -> SharedAddr {
-        self.base.offset(column_gather_bytes(self.groups, self.sums, self.cols as u64) as u32)
+        self.base.offset(column_gather_bytes(self.groups, self.sums, self.stride as u64) as u32)
     }
 
     #[inline(always)]
     fn at(&self, group: u32, k: usize, col: u64) -> SharedAddr {
-        self.base.offset(((group * self.sums + k as u32) * self.cols + (col - self.first) as u32) * 4)
+        self.base.offset(((group * self.sums + k as u32) * self.stride + (col - self.first) as u32) * 4)
     }
 
     /// Zeroes the slab where `C` gathers; every thread of the block calls it (a barrier).
@@ -147,7 +159,7 @@ impl ColumnSlab {
         if !C::GATHERS {
             return;
         }
-        let words = self.groups * self.sums * self.cols;
+        let words = self.groups * self.sums * self.stride;
         let mut word = thread_idx_x();
         // SAFETY: every word is inside the slab.
         unsafe {
@@ -160,8 +172,8 @@ impl ColumnSlab {
     }
 
     /// Adds `term(k, j)` to group `group`'s sum `k` of column `col + j`, for the columns
-    /// `col..col + Q`: 16 bytes an access where `aligned` (`col` a multiple of `Q`, and
-    /// `cols` of 4 where `Q` is; a constant after inlining), else a word at a time.
+    /// `col..col + Q`: 16 bytes an access where `aligned` (`col` a multiple of `Q`, and the
+    /// stride of 4 where `Q` is; a constant after inlining), else a word at a time.
     ///
     /// # Safety
     /// The columns must be among the slab's, `group` below its groups, and no other thread
@@ -260,21 +272,21 @@ unsafe fn reduce_sums<R: RowSplit, const N: usize>(split: &R, sums: &mut [f32; N
     }
 }
 
-/// The element outside row `at`'s aligned packs this thread takes (`PHASED` rows only), if
-/// any: its column, `a` there, and `b` as loaded and as `gather` scales it.
+/// The element of row `row` at `col`, outside its aligned packs, that this thread takes
+/// (`PHASED` rows only), if any: its column, `a` there, and `b` as loaded and as `gather`
+/// scales it.
 ///
 /// # Safety
-/// `at` must be a row of `shape`.
+/// `col` must be a column of row `row` of the loads' views.
 #[inline(always)]
-unsafe fn edge<LA: LoadOne, LB: LoadOne, C: ColumnGather, const P: usize, const PHASED: bool>(
+unsafe fn edge<LA: LoadOne, LB: LoadOne, C: ColumnGather>(
     (load_a, load_b, gather): (&LA, &LB, &C),
-    shape: &RowShape,
-    split: &impl RowSplit,
-    at: BlockRow,
+    row: u64,
+    col: Option<u64>,
 ) -> Option<Edge> {
-    // SAFETY: an edge is an element of the row.
-    split.edge::<P, PHASED>(shape, at).map(|col| unsafe {
-        let (a, b) = (load_a.load_one(at.row, col), load_b.load_one(at.row, col));
+    // SAFETY: forwarded to the caller.
+    col.map(|col| unsafe {
+        let (a, b) = (load_a.load_one(row, col), load_b.load_one(row, col));
         Edge { col, a, b, scaled: gather.scale(col, [b])[0] }
     })
 }
@@ -346,12 +358,15 @@ where
     /// each per thread in registers ([`HeldRowCache`]); the column sums of each thread's
     /// first `SUMS_HELD` packs in registers across rows where the rows are aligned (each
     /// thread takes the same packs of every row, so none shares them), the rest in the slab.
+    /// Rows run from their heads whose column sums are gathered take each block's owned
+    /// part ([`RowSplit::owned_slice`]), so its slab holds its own columns alone.
     #[inline(always)]
     unsafe fn cached<R: RowSplit, const PHASED: bool, const HELD: usize, const SUMS_HELD: usize>(&self, split: &R) {
         let &BackwardRows { op, load_a, load_b, store, gather, shape } = self;
-        let slice = split.slice::<P>(shape);
+        let owns = C::GATHERS && PHASED;
+        let slice = if owns { split.owned_slice::<P>(shape) } else { split.slice::<P>(shape) };
         // The gathered sums, then a's cache, then b's.
-        let slab = ColumnSlab::new::<C, R, P>(gather, split, shape, 1);
+        let slab = ColumnSlab::new::<C, R, P, PHASED>(gather, split, shape, 1);
         let cache_a = HeldRowCache::<LA::Exact, P, HELD>::new(slab.end(), slice);
         let cache_b = HeldRowCache::<LB::Exact, P, HELD>::new(cache_a.end(), slice);
         let mut held_sums = [[[0.0; P]; SUMS_HELD]; 2];
@@ -363,7 +378,8 @@ where
             slab.clear::<C>();
             split.rows::<P, PHASED>(shape, |at| {
                 let row = at.row;
-                let edge = edge::<LA, LB, C, P, PHASED>((load_a, load_b, gather), shape, split, at);
+                let col = if owns { slice.in_row(at).edge::<P, PHASED>() } else { split.edge::<P, PHASED>(shape, at) };
+                let edge = edge((load_a, load_b, gather), row, col);
                 cache_a.fill(load_a, at);
                 cache_b.fill(load_b, at);
                 wait_async_copies();
@@ -408,7 +424,7 @@ where
     unsafe fn uncached<const PHASED: bool>(&self) {
         let &BackwardRows { op, load_a, load_b, store, gather, shape } = self;
         let slice = Slice::whole::<P>(shape);
-        let slab = ColumnSlab::new::<C, _, P>(gather, &BlockSplit, shape, 1);
+        let slab = ColumnSlab::new::<C, _, P, PHASED>(gather, &BlockSplit, shape, 1);
         // SAFETY (block): every column visited is a pack or an edge element inside the row;
         // the launch sizes shared memory for the slab, whose columns are each one thread's
         // within a row (the reductions' barriers order rows).
@@ -416,7 +432,7 @@ where
             slab.clear::<C>();
             BlockSplit.rows::<P, PHASED>(shape, |at| {
                 let (row, slice) = (at.row, slice.in_row(at));
-                let edge = edge::<LA, LB, C, P, PHASED>((load_a, load_b, gather), shape, &BlockSplit, at);
+                let edge = edge((load_a, load_b, gather), row, BlockSplit.edge::<P, PHASED>(shape, at));
                 let fetch = |col| (load_a.fetch(row, col), load_b.fetch(row, col));
                 let convert = |(a, b), col| (load_a.convert(a, row, col), load_b.convert(b, row, col));
                 let mut sums = [0.0; N];
@@ -447,7 +463,7 @@ where
         let at = WarpRows::new::<E>(shape);
         // The block's lane groups (a power of two of lanes each: shifts, no division).
         let width_log2 = at.width.trailing_zeros();
-        let slab = ColumnSlab::new::<C, _, P>(gather, &BlockSplit, shape, block_dim_x() >> width_log2);
+        let slab = ColumnSlab::new::<C, _, P, false>(gather, &BlockSplit, shape, block_dim_x() >> width_log2);
         let group = thread_idx_x() >> width_log2;
         // SAFETY (block): loads and stores stay in range (warp_load, warp_store), and the whole
         // warp runs the same iterations; a group's columns are its own in the slab, which the

@@ -11,7 +11,7 @@
 
 #[cfg(feature = "cluster")]
 use crate::abi::MAX_CLUSTER_BLOCKS;
-use crate::abi::{PACK_BYTES, RowShape, rows_per_access};
+use crate::abi::{PACK_BYTES, RowShape, part_edge_col, rows_per_access};
 #[cfg(feature = "softmax")]
 use crate::arch::wait_async_groups_but;
 use crate::arch::{
@@ -339,8 +339,13 @@ pub(crate) unsafe fn warp_row_reduce<R: Reduce<Value = f32>, const E: usize>(
 /// share.
 #[derive(Clone, Copy)]
 pub(crate) struct Slice {
+    /// The first pack, counted in packs from column 0.
     first: u64,
     packs: u64,
+    /// The columns from the first pack's that the block owns in every row where it owns
+    /// them ([`Slice::whole`], [`Slice::part`]), its packs' and the elements outside them
+    /// ([`Slice::edge`]); its packs' alone on a share ([`Slice::share`]).
+    cols: u32,
     /// Column of the row's first aligned pack (0 until [`Slice::in_row`]).
     head: u64,
 }
@@ -349,7 +354,7 @@ impl Slice {
     /// Every aligned pack of a row of `shape`.
     #[inline(always)]
     pub(crate) fn whole<const P: usize>(shape: &RowShape) -> Slice {
-        Slice { first: 0, packs: shape.aligned_packs(P as u64), head: 0 }
+        Slice { first: 0, packs: shape.aligned_packs(P as u64), cols: shape.cols as u32, head: 0 }
     }
 
     /// This slice of row `at`, whose aligned packs start at its head.
@@ -389,7 +394,37 @@ impl Slice {
         let packs = shape.aligned_packs(P as u64);
         let each = packs.div_ceil(ranks.max(1) as u64);
         let first = (rank as u64 * each).min(packs);
-        Slice { first, packs: each.min(packs - first), head: 0 }
+        let packs = each.min(packs - first);
+        Slice { first, packs, cols: (packs * P as u64) as u32, head: 0 }
+    }
+
+    /// Part `rank` of `ranks` of a row of `shape` ([`RowShape::cluster_part`]): its columns
+    /// are the block's in every row.
+    #[cfg(feature = "cluster")]
+    #[inline(always)]
+    fn part<const P: usize>(shape: &RowShape, rank: u32, ranks: u32) -> Slice {
+        let (first, cols, packs) = shape.cluster_part(P as u64, rank, ranks);
+        Slice { first: first / P as u64, packs, cols: cols as u32, head: 0 }
+    }
+
+    /// The columns of every row this block owns: `(first, count)`.
+    #[inline(always)]
+    fn columns<const P: usize>(&self) -> (u64, u32) {
+        (self.first * P as u64, self.cols)
+    }
+
+    /// The column of the one element of this owned slice ([`Slice::whole`],
+    /// [`Slice::part`]) of a `PHASED` row (after [`Slice::in_row`]) outside its aligned
+    /// packs that this thread takes, if any: at most `2 * P - 2` a slice, so one thread each.
+    #[inline(always)]
+    pub(crate) fn edge<const P: usize, const PHASED: bool>(&self) -> Option<u64> {
+        // In 32 bits (a row's columns fit them): in 64, ptxas gave the phased cluster
+        // kernels up to 16 more registers.
+        let (edge, packs) = (thread_idx_x(), self.packs as u32);
+        (PHASED && edge < self.cols - packs * P as u32).then(|| {
+            let (first, head) = ((self.first * P as u64) as u32, self.head as u32);
+            part_edge_col(first, packs, head, P as u32, edge) as u64
+        })
     }
 }
 
@@ -421,12 +456,19 @@ pub(crate) trait RowSplit {
     /// The aligned packs of a row this block handles.
     fn slice<const P: usize>(&self, shape: &RowShape) -> Slice;
 
+    /// The part of a row whose columns this block owns in every row, whatever its head
+    /// (the whole row, or a cluster block's [`RowShape::cluster_part`]), and takes its
+    /// elements outside the aligned packs ([`Slice::edge`]): for gathering per-column sums
+    /// of rows run from their heads. Elsewhere [`RowSplit::slice`] and [`RowSplit::edge`].
+    fn owned_slice<const P: usize>(&self, shape: &RowShape) -> Slice;
+
     /// Whether this is the row's first block: it writes the per-row outputs and takes the
     /// row's single elements outside its aligned packs.
     fn leads(&self) -> bool;
 
-    /// The columns of every row whose per-column sums this block gathers (a backward's
-    /// column slab): `(first, count)`. All of them for a block, its slice's on a cluster.
+    /// The columns of every aligned row whose per-column sums this block gathers (a
+    /// backward's column slab): `(first, count)`. All of them for a block, its slice's on a
+    /// cluster. (Rows run from their heads gather their [`RowSplit::owned_slice`]'s.)
     fn gathered_columns<const P: usize>(&self, shape: &RowShape) -> (u64, u32);
 
     /// This block's partial row of gathered column sums and how many partial rows the grid
@@ -464,6 +506,11 @@ impl RowSplit for BlockSplit {
 
     #[inline(always)]
     fn slice<const P: usize>(&self, shape: &RowShape) -> Slice {
+        Slice::whole::<P>(shape)
+    }
+
+    #[inline(always)]
+    fn owned_slice<const P: usize>(&self, shape: &RowShape) -> Slice {
         Slice::whole::<P>(shape)
     }
 
@@ -558,6 +605,11 @@ impl RowSplit for ClusterSplit {
     #[inline(always)]
     fn slice<const P: usize>(&self, shape: &RowShape) -> Slice {
         Slice::share::<P>(shape, cluster_rank(), cluster_blocks())
+    }
+
+    #[inline(always)]
+    fn owned_slice<const P: usize>(&self, shape: &RowShape) -> Slice {
+        Slice::part::<P>(shape, cluster_rank(), cluster_blocks())
     }
 
     #[inline(always)]
@@ -934,7 +986,7 @@ impl<C: Scalar, const P: usize, const HELD: usize> HeldRowCache<C, P, HELD> {
     #[inline(always)]
     pub(crate) fn new(base: SharedAddr, slice: Slice) -> Self {
         let held = (HELD as u64 * block_dim_x() as u64).min(slice.packs);
-        let rest = Slice { first: slice.first + held, packs: slice.packs - held, head: slice.head };
+        let rest = Slice { first: slice.first + held, packs: slice.packs - held, ..slice };
         HeldRowCache { slice, held: Cell::new([[[0; 4]; 2]; HELD]), shared: RowCache::new(base, rest) }
     }
 
