@@ -291,11 +291,7 @@ softmax_kernels!(kinds declare_softmax_kinds);
 /// phases only rows of one element size). The backward that gathers the parameter
 /// gradients from its rows (`BackwardParams`) has the paths the host plans it on, at the
 /// widest pack: the warp tiers of the backward's rows (up to 512 columns), the shared path
-/// and the cluster path, and for f32 rows the phased shared and cluster paths. Measured on
-/// the H100 (4096 rows of 32001 and 50257 columns, against the second kernel that reads x
-/// and dy again): f32 rows gathered gained 10-12 points of copy in RMSNorm and 2.5-4 in
-/// LayerNorm; 16-bit RMSNorm's gathering kernel (80 registers, so blocks of 512) ran at
-/// the second kernel's speed (47.6-49.7% against 48.1-48.5%). Modes as
+/// and the cluster path, and their phased forms. Modes as
 /// [`softmax_kernels!`]; entries are `(Kind kind Path path x y param pack)`.
 #[macro_export]
 macro_rules! norm_kernels {
@@ -308,7 +304,6 @@ macro_rules! norm_kernels {
             [(f32 f32 f32 4) (f16 f16 f16 8) (f16 f16 f32 8) (bf16 bf16 bf16 8) (bf16 bf16 f32 8)]
             [(BackwardParams backward_params)]
             [(Warp8 warp8) (Warp16 warp16) (Shared shared)]
-            [(f32 f32 f32 4)]
             [(SharedPhased shared_phased)]
             [(Warp8 warp8) (Warp16 warp16) (Warp24 warp24) (Warp32 warp32) (Shared shared) (Uncached uncached)]
             [(SharedPhased shared_phased) (UncachedPhased uncached_phased)]
@@ -320,28 +315,26 @@ macro_rules! norm_kernels {
         $apply!($($forward)* $($backward)* $($params)*);
     };
     (@lists main $apply:ident $forward:tt $forward_types:tt $backward:tt $backward_types:tt $params:tt
-        $params_paths:tt $params_phased_types:tt $params_phased:tt $paths:tt $phased:tt $cluster:tt
-        $cluster_phased:tt) => {
+        $params_paths:tt $params_phased:tt $paths:tt $phased:tt $cluster:tt $cluster_phased:tt) => {
         $crate::norm_kernels!(@kinds $apply []
             [($forward $forward_types $paths $backward_types $phased both)
              ($backward $backward_types $paths $backward_types $phased both)
-             ($params $backward_types $params_paths $params_phased_types $params_phased widest)]);
+             ($params $backward_types $params_paths $backward_types $params_phased widest)]);
     };
     (@lists cluster $apply:ident $forward:tt $forward_types:tt $backward:tt $backward_types:tt $params:tt
-        $params_paths:tt $params_phased_types:tt $params_phased:tt $paths:tt $phased:tt $cluster:tt
-        $cluster_phased:tt) => {
+        $params_paths:tt $params_phased:tt $paths:tt $phased:tt $cluster:tt $cluster_phased:tt) => {
         $crate::norm_kernels!(@kinds $apply []
             [($forward $forward_types $cluster $backward_types $cluster_phased both)
              ($backward $backward_types $cluster $backward_types $cluster_phased both)
-             ($params $backward_types $cluster $params_phased_types $cluster_phased widest)]);
+             ($params $backward_types $cluster $backward_types $cluster_phased widest)]);
     };
     (@lists all $apply:ident $forward:tt $forward_types:tt $backward:tt $backward_types:tt $params:tt
-        [$($params_path:tt)*] $params_phased_types:tt [$($params_phased:tt)*] [$($path:tt)*] [$($phased:tt)*]
-        [$($cluster:tt)*] [$($cluster_phased:tt)*]) => {
+        [$($params_path:tt)*] [$($params_phased:tt)*] [$($path:tt)*] [$($phased:tt)*] [$($cluster:tt)*]
+        [$($cluster_phased:tt)*]) => {
         $crate::norm_kernels!(@kinds $apply []
             [($forward $forward_types [$($path)* $($cluster)*] $backward_types [$($phased)* $($cluster_phased)*] both)
              ($backward $backward_types [$($path)* $($cluster)*] $backward_types [$($phased)* $($cluster_phased)*] both)
-             ($params $backward_types [$($params_path)* $($cluster)*] $params_phased_types
+             ($params $backward_types [$($params_path)* $($cluster)*] $backward_types
                 [$($params_phased)* $($cluster_phased)*] widest)]);
     };
     // One group of kinds at a time: each kind on each path at the packs the group names

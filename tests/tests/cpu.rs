@@ -287,7 +287,7 @@ fn cluster_kernels_reduce_through_distributed_shared_memory() {
     // a single row array; norms: (7 + 7 + 5) dtype triples x 2 packs, the 3 kinds phased
     // for the 5 triples whose rows share a dtype, and the gathering backward's 5 triples at
     // the widest pack, phased for f32.
-    assert_eq!(kernels.len(), 7 * 3 * 3 - 2 * 3 + (7 + 7 + 5) * 2 + 3 * 5 + 5 + 1, "cluster kernels");
+    assert_eq!(kernels.len(), 7 * 3 * 3 - 2 * 3 + (7 + 7 + 5) * 2 + 3 * 5 + 5 * 2, "cluster kernels");
     for (name, body) in &kernels {
         assert!(name.contains("_cluster_"), "{name}: only cluster-path kernels belong here");
         assert!(!body.contains(".local"), "{name}: uses local memory");
@@ -353,7 +353,7 @@ fn norm_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
     // copies.
     assert_eq!(
         kernels.len(),
-        (2 * 7 + 5) * 6 * 2 + 3 * 2 * 5 + 5 * 3 + 1 + 6 + 3 + 3,
+        (2 * 7 + 5) * 6 * 2 + 3 * 2 * 5 + 5 * 4 + 6 + 3 + 3,
         "kinds x dtypes x paths x packs + phased + gathering + param grads + copies"
     );
     let per_column =
