@@ -610,8 +610,8 @@ impl Norm {
         // kernel has a path: aligned rows on the warp path, or in one block's shared memory
         // or a cluster's (each block its slice's sums). Rows run from their heads add each
         // pack's terms a word at a time, which pays only where the sums take no more shared
-        // memory than the cached rows (measured on the H100, 4096 rows of 2047-50257
-        // columns, against the second kernel: f32 RMSNorm +10 to +18 points of copy and
+        // memory than the cached rows (measured on the H100, 4096 rows of 1025-50257
+        // columns, against the second kernel: f32 RMSNorm +8 to +17 points of copy and
         // LayerNorm +2 to +13, 16-bit RMSNorm -0.5 to +5; 16-bit LayerNorm, whose two
         // sums take twice its caches, -4 to -17). Elsewhere (rows too wide, a forced path,
         // or a plan off those paths on this device: `Prepared::gathers`) `param_grad`
