@@ -156,6 +156,8 @@ impl RowShape {
     /// row where every row is aligned, else as many as the row with the longest head holds,
     /// so every row has the same (and the cluster path the same slices).
     pub const fn aligned_packs(&self, pack: u64) -> u64 {
+        // [`part_packs`] of the whole row, written out: through the call, LLVM chose a select
+        // where it branched, and ptxas gave the phased cluster kernels up to 8 more registers.
         if self.aligned(pack) { self.cols / pack } else { (self.cols + 1).saturating_sub(pack) / pack }
     }
 

@@ -39,7 +39,7 @@ const BACKWARD_WARP_MAX_COLS: usize = 512;
 /// lose 4-14 points on the shared path at 1024 columns.
 const F32_FORWARD_WARP_MAX_COLS: usize = 640;
 use super::columns::{ColumnSumArgs, sum_chunks, sum_columns};
-use super::rows::dispatch::{gathered_bytes_per_col, gathers_columns};
+use super::rows::dispatch::gathers_columns;
 use super::rows::{LibraryKernels, Prepared, RowCall, check_aligned, same_shape};
 use super::{Span, check_disjoint};
 use crate::Stream;
@@ -607,27 +607,21 @@ impl Norm {
         row.problem.warp_max_cols = BACKWARD_WARP_MAX_COLS;
         row.column_bytes = column_bytes(&weight, &None);
         // The parameter gradients gathered from the rows as dx reads them, where that
-        // kernel has a path: aligned rows on the warp path, or in one block's shared memory
-        // or a cluster's (each block its slice's sums). Rows run from their heads add each
-        // pack's terms a word at a time, which pays only where the sums take no more shared
-        // memory than the cached rows (measured on the H100, 4096 rows of 1025-50257
-        // columns, against the second kernel: f32 RMSNorm +8 to +17 points of copy and
-        // LayerNorm +2 to +13, 16-bit RMSNorm -0.5 to +5; 16-bit LayerNorm, whose two
-        // sums take twice its caches, -4 to -17). Elsewhere (rows too wide, a forced path,
-        // or a plan off those paths on this device: `Prepared::gathers`) `param_grad`
-        // reads x and dy again.
+        // kernel has a path (`gathers_columns`): aligned rows on the warp path, or aligned
+        // rows or rows run from their heads in one block's shared memory or a cluster's
+        // (each block its slice's sums). Elsewhere (rows too wide, a forced path, or a
+        // plan off those paths on this device: `Prepared::gathers`) `param_grad` reads x
+        // and dy again.
         let sums = match kind {
             NormKind::LayerNorm => 2,
             NormKind::RmsNorm => 1,
         };
         let wants_params = dweight.is_some() || dbias.is_some();
-        let phased_gathers = cols > BACKWARD_WARP_MAX_COLS
-            && row.shares_phase()
-            && gathered_bytes_per_col(sums) <= row.problem.cache_bytes_per_col;
+        let aligned = row.aligned();
         let gathers = wants_params
             && self.force.is_none()
-            && (row.aligned() || phased_gathers)
-            && gathers_columns(&row.problem, sums, row.stream.gpu().info());
+            && (aligned || (cols > BACKWARD_WARP_MAX_COLS && row.shares_phase()))
+            && gathers_columns(&row.problem, sums, !aligned, row.stream.gpu().info());
         if gathers {
             row.ungathered = Some(row.kernels);
             row.kernels = LibraryKernels::Norm { kind: NormKernelKind::BackwardParams, dtypes }.into();

@@ -440,18 +440,24 @@ pub fn gathered_bytes_per_col(sums: u32) -> u32 {
 /// Whether a backward's rows can gather `sums` column sums (its gathering kernels' paths):
 /// rows on the warp path, or whose caches and sums fit one block's shared memory, or (sm_90)
 /// a cluster's, each block holding its slice's, where the sums take no more of it than the
-/// cached rows. Elsewhere a second kernel reads the rows again for them (about 58% of copy).
-/// Measured on the H100 (49152 rows of 20480 to 32768 columns): gathered on a cluster, f32
-/// rows ran at 73-88% of copy and 16-bit RMSNorm's at 80%; 16-bit LayerNorm's, whose two
-/// f32 sums take twice the shared memory of its cached rows, at 52-64%, behind the second
-/// kernel but where each thread took the same packs of its slice (see docs/PERF.md).
-pub fn gathers_columns(problem: &Problem, sums: u32, device: &DeviceInfo) -> bool {
+/// cached rows; rows run from their heads (`phased`, wider than the warp path) only where
+/// the sums take no more of it than the cached rows, on either path. Elsewhere a second
+/// kernel reads the rows again for them (about 58% of copy on aligned rows, 35-52% on
+/// phased ones). Measured on the H100 (49152 rows of 20480 to 32768 columns): gathered on a
+/// cluster, f32 rows ran at 73-88% of copy and 16-bit RMSNorm's at 80%; 16-bit LayerNorm's,
+/// whose two f32 sums take twice the shared memory of its cached rows, at 52-64%, behind
+/// the second kernel but where each thread took the same packs of its slice. Phased rows
+/// (4096 rows of 1025-50257 columns), whose packs' terms reach the sums a word at a time,
+/// against the second kernel: f32 RMSNorm +8 to +17 points of copy and LayerNorm +2 to +13,
+/// 16-bit RMSNorm -0.5 to +5, 16-bit LayerNorm -4 to -17 (see docs/PERF.md).
+pub fn gathers_columns(problem: &Problem, sums: u32, phased: bool, device: &DeviceInfo) -> bool {
     let cols = problem.cols as u64;
     let per_col = problem.cache_bytes_per_col + gathered_bytes_per_col(sums);
     let gathering = Problem { gathered_bytes_per_col: gathered_bytes_per_col(sums), ..*problem };
+    let sums_fit_caches = gathered_bytes_per_col(sums) <= problem.cache_bytes_per_col;
     problem.cols <= problem.warp_max_cols
-        || fits_a_block(gathering.block_bytes(cols), device)
-        || (gathered_bytes_per_col(sums) <= problem.cache_bytes_per_col && fits_a_cluster(cols, per_col, device))
+        || ((!phased || sums_fit_caches) && fits_a_block(gathering.block_bytes(cols), device))
+        || (sums_fit_caches && fits_a_cluster(cols, per_col, device))
 }
 
 /// Whether the largest cluster holds a row of `cols` columns of `per_col` bytes on a GPU
@@ -1012,7 +1018,7 @@ pub(super) mod tests {
             |cols, cache_bytes_per_col| Problem { cache_bytes_per_col, warp_max_cols: 512, ..problem(49152, cols, 8) };
         let (h100, without_clusters) = (h100(), DeviceInfo { compute_capability: (8, 0), ..h100() });
         let at = |device, cols, cache_bytes_per_col, sums| {
-            gathers_columns(&backward(cols, cache_bytes_per_col), sums, device)
+            gathers_columns(&backward(cols, cache_bytes_per_col), sums, false, device)
         };
         // bf16 x and dy cached (4 bytes a column) beside LayerNorm's two f32 sums (8 more):
         // 16384 columns take 192 KB of the 227 a block may have, 32768 twice that.
@@ -1036,6 +1042,14 @@ pub(super) mod tests {
         assert!(!at(&h100, 470_000, 4, 1));
         // 16-bit LayerNorm: two sums, 8 bytes, beside 4 cached.
         assert!(!at(&h100, 32768, 4, 2));
+        // Rows run from their heads gather only where the sums take no more shared memory
+        // than the cached rows, in one block too: not 16-bit LayerNorm's.
+        let phased =
+            |cols, cache_bytes_per_col, sums| gathers_columns(&backward(cols, cache_bytes_per_col), sums, true, &h100);
+        assert!(at(&h100, 4097, 4, 2) && !phased(4097, 4, 2));
+        for (cols, cache_bytes_per_col, sums) in [(4097, 4, 1), (4097, 8, 2), (50257, 4, 1), (50257, 8, 2)] {
+            assert!(phased(cols, cache_bytes_per_col, sums), "{cols}");
+        }
     }
 
     #[test]

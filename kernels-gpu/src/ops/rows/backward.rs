@@ -130,8 +130,7 @@ impl ColumnSlab {
         groups: u32,
     ) -> Self {
         let sums = if C::GATHERS { gather.sums() } else { 0 };
-        // Rows run from their heads gather the block's owned columns ([`RowSplit::owned_slice`]).
-        let owns = C::GATHERS && PHASED;
+        let owns = owns_columns::<C, PHASED>();
         let (first, cols) =
             if owns { split.owned_slice::<P>(shape).columns::<P>() } else { split.gathered_columns::<P>(shape) };
         let (base, row_cols, partial_row) = (dynamic_shared_addr(), shape.cols, split.partial_row());
@@ -234,6 +233,12 @@ impl ColumnSlab {
             }
         }
     }
+}
+
+/// Whether each block owns its columns in every row ([`RowSplit::owned_slice`]): where `C`
+/// gathers column sums from `PHASED` rows, whose packs' columns move with each row's head.
+const fn owns_columns<C: ColumnGather, const PHASED: bool>() -> bool {
+    C::GATHERS && PHASED
 }
 
 /// Adds the terms of a pack's elements to `sums`.
@@ -363,7 +368,7 @@ where
     #[inline(always)]
     unsafe fn cached<R: RowSplit, const PHASED: bool, const HELD: usize, const SUMS_HELD: usize>(&self, split: &R) {
         let &BackwardRows { op, load_a, load_b, store, gather, shape } = self;
-        let owns = C::GATHERS && PHASED;
+        let owns = owns_columns::<C, PHASED>();
         let slice = if owns { split.owned_slice::<P>(shape) } else { split.slice::<P>(shape) };
         // The gathered sums, then a's cache, then b's.
         let slab = ColumnSlab::new::<C, R, P, PHASED>(gather, split, shape, 1);
