@@ -177,10 +177,10 @@ impl Softmax {
         call.args.output = y.address();
         call.args.period = Divisor::new(mask_rows as u64);
         call.args.scale = scale;
-        // The shared path caches x * scale + mask, computed in f32 and staged through
-        // registers.
-        call.problem.cache_bytes_per_col = 4;
-        call.problem.cache_staged = true;
+        // The block paths cache x as it is, adding the mask on every read of the cache (the
+        // f32 clusters cache the sum, in as many bytes).
+        call.problem.cache_transformed = true;
+        call.problem.cache_reads_memory = true;
         let reads = [Span::of("the input", &x), Span::of("the mask", &mask)];
         check_disjoint(op, &reads, &[Span::of("the output", &y)], false)?;
         let size = size_of::<T>();

@@ -169,16 +169,11 @@ pub struct Problem {
     /// entropy): past the warp path it then streams rows, a block per row, and no cache
     /// would pay for its shared memory.
     pub reads_once: bool,
-    /// Bytes of a column of the row as the op reads it from global memory (the input's
-    /// dtype; 0 where not known): the uncached path reads each row twice, the second time
-    /// from L2 where the rows it holds in flight fit there (see [`streams_from_l2`]).
-    pub row_bytes_per_col: u32,
-    /// Whether the shared path stages the row through registers (its load transforms what
-    /// it reads, so no `cp.async` copies it): such a block cannot copy its next row while
-    /// it writes the last, so where a single block holds an SM nothing overlaps its loads,
-    /// and the uncached path, two blocks an SM, streams the row instead (see
+    /// Whether every read of the cached row also reads other data from memory (the masked
+    /// kind adds its mask on each read): where a single block holds an SM, nothing overlaps
+    /// those reads, and the uncached path, two blocks an SM, may stream the row instead (see
     /// [`prefers_streaming`]).
-    pub cache_staged: bool,
+    pub cache_reads_memory: bool,
     /// Whether every read of the cached row transforms it (a user's load that caches its
     /// source, e.g. int8 dequantized on each read): such a kernel is issue-bound, so the
     /// shared path keeps the most threads resident rather than the most rows (see
@@ -302,36 +297,26 @@ pub fn plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancies<'_>) 
                 cluster_plan(problem, device, occupancy.cluster)?.unwrap_or(plan)
             }
             Some((plan, _)) => plan,
-            None if streams_from_l2(problem, device) => uncached_plan(problem, device),
             None => cluster_plan(problem, device, occupancy.cluster)?.unwrap_or_else(|| uncached_plan(problem, device)),
         }),
     }
 }
 
-/// Whether a shared-path `plan` of a staged cache ([`Problem::cache_staged`]), `resident`
-/// blocks an SM, loses to the uncached path: one block an SM, in packs wider than an
-/// element. Measured on the H100 (scaled-masked softmax, 49152 rows): at 32768 columns the
-/// shared path ran at 65% (bf16) and 78% (f32) of copy, the uncached path at 83% and 82%;
-/// at 16384 (three blocks an SM) the shared path led, 88% against 57% in bf16. At pack 1
-/// (4096x50257) the cache still paid in f32, 67% against 59%, and tied in bf16.
+/// Whether a shared-path `plan` whose cached reads read memory beside the cache
+/// ([`Problem::cache_reads_memory`]), `resident` blocks an SM, loses to the uncached path:
+/// one block an SM, in packs wider than an element, of a cache narrower than f32 or of rows
+/// run from their heads. Measured on the H100 (scaled-masked softmax, the mask read on every
+/// read of the cache), shared against uncached, % of copy: 4096x65536 in 16 bits 80-82.5
+/// against 87-88; 4096x32001 f32 from the rows' heads 70.1 against 78.9 (at 50257, 74.5
+/// against 73.2); 49152x32768 f32, aligned, the other way, 93.4 against 86.1. The likely
+/// cause (not profiled): a 16-bit cache holds two elements in the bytes of one f32, each
+/// converted and added to its mask on every read, so a lone block of 16-bit rows runs out
+/// of issue slots where an f32 one does not.
 fn prefers_streaming(problem: &Problem, plan: &Plan, resident: u32) -> bool {
-    problem.cache_staged && plan.pack > 1 && resident == 1
-}
-
-/// Whether a staged cache ([`Problem::cache_staged`]) too wide for one block streams rather
-/// than take a cluster: where the rows the uncached path holds in flight (blocks of the
-/// largest size, two an SM on the H100) fit in L2, its second read of each row hits there,
-/// and a staged cluster cannot copy its next row while it writes the last. Measured on the
-/// H100 (scaled-masked softmax, 4096 rows of 65536): bf16 (34.6 MB in flight) 87% of copy
-/// streamed against 77% on the cluster; f32 (69 MB) 67% streamed against 89%. The count
-/// stays at the largest block even where the uncached path takes smaller ones (16-bit rows
-/// from their heads, blocks of 512, four an SM): counted so, bf16 rows of 65537 (69 MB)
-/// would take the cluster, which ran at 57% of copy against 66% streamed.
-fn streams_from_l2(problem: &Problem, device: &DeviceInfo) -> bool {
-    let largest_block = BLOCK_SIZES[BLOCK_SIZES.len() - 1];
-    let rows_in_flight = device.multiprocessors as u64 * (device.max_threads_per_multiprocessor / largest_block) as u64;
-    let row_bytes = problem.cols as u64 * problem.row_bytes_per_col as u64;
-    problem.cache_staged && row_bytes > 0 && rows_in_flight * row_bytes <= device.l2_bytes as u64
+    problem.cache_reads_memory
+        && plan.pack > 1
+        && resident == 1
+        && (problem.cache_bytes_per_col < size_of::<f32>() as u32 || plan.phased)
 }
 
 /// Whether a shared-path `plan` whose passes read per-column data
@@ -662,8 +647,7 @@ pub(super) mod tests {
             block_limit: 1024,
             warp_max_cols: WARP_MAX_COLS,
             reads_once: false,
-            row_bytes_per_col: 0,
-            cache_staged: false,
+            cache_reads_memory: false,
             cache_transformed: false,
             passes_column_bytes: 0,
             force: None,
@@ -765,42 +749,29 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn a_staged_cache_streams_where_one_block_would_hold_an_sm() {
+    fn a_cache_read_with_memory_streams_where_one_lone_block_would_run_16_bit_or_phased_rows() {
         let device = h100();
-        let staged = |cols, pack| Problem { cache_staged: true, ..problem(49152, cols, pack) };
-        // 32768 f32 columns: 128 KB, one block an SM.
-        assert_eq!(plan(&staged(32768, 4), &device, OCCUPANCY).unwrap().path, Path::Uncached { block: 1024 });
-        // Three blocks an SM (64 KB), an element a pack, or a cache that copies: shared.
-        assert_eq!(plan(&staged(16384, 4), &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
-        assert_eq!(plan(&staged(32768, 1), &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
-        assert_eq!(plan(&problem(49152, 32768, 4), &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
-        // Forcing the shared path still gets it.
-        let forced = Problem { force: Some(PathKind::Shared), ..staged(32768, 4) };
-        assert_eq!(plan(&forced, &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
-    }
-
-    #[test]
-    fn a_staged_cache_too_wide_for_a_block_streams_where_its_rows_in_flight_fit_l2() {
-        let device = h100();
-        // x * scale + mask cached in f32: 65536 columns take 256 KB, more than a block has.
-        let masked = |cols, row_bytes_per_col| Problem {
-            cache_staged: true,
-            row_bytes_per_col,
-            cache_bytes_per_col: 4,
-            ..problem(4096, cols, 8)
+        let masked = |rows, cols, pack, bytes| Problem {
+            cache_reads_memory: true,
+            cache_bytes_per_col: bytes,
+            ..problem(rows, cols, pack)
         };
-        // 264 bf16 rows of 128 KB in flight: 34.6 MB of the 50 MB L2.
-        assert_eq!(plan(&masked(65536, 2), &device, OCCUPANCY).unwrap().kind(), PathKind::Uncached);
-        // f32 rows of 65536, or bf16 rows of 131072: 69 MB; a cluster.
-        assert_eq!(plan(&masked(65536, 4), &device, OCCUPANCY).unwrap().kind(), PathKind::Cluster);
-        assert_eq!(plan(&masked(131072, 2), &device, OCCUPANCY).unwrap().kind(), PathKind::Cluster);
-        // bf16 rows run from their heads stream too, though in blocks of 512.
-        let phased = Problem { pack: 1, ..masked(65537, 2) };
-        assert_eq!(plan(&phased, &device, OCCUPANCY).unwrap().path, Path::Uncached { block: 512 });
-        // A cache that copies, or a row of unknown bytes: the cluster.
-        let copied = Problem { cache_staged: false, ..masked(65536, 2) };
-        assert_eq!(plan(&copied, &device, OCCUPANCY).unwrap().kind(), PathKind::Cluster);
-        assert_eq!(plan(&masked(65536, 0), &device, OCCUPANCY).unwrap().kind(), PathKind::Cluster);
+        // 65536 bf16 columns: 128 KB, one block an SM.
+        assert_eq!(plan(&masked(4096, 65536, 8, 2), &device, OCCUPANCY).unwrap().path, Path::Uncached { block: 1024 });
+        // f32 rows of 32001 from their heads: the same.
+        let phased = Problem { block_pack: 4, ..masked(4096, 32001, 1, 4) };
+        let p = plan(&phased, &device, OCCUPANCY).unwrap();
+        assert_eq!((p.kind(), p.phased), (PathKind::Uncached, true));
+        // Aligned f32 rows of 32768, two blocks an SM or more (32768 16-bit columns), an
+        // element a pack, or a cache read alone: shared.
+        assert_eq!(plan(&masked(49152, 32768, 4, 4), &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
+        assert_eq!(plan(&masked(49152, 32768, 8, 2), &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
+        assert_eq!(plan(&masked(4096, 65536, 1, 2), &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
+        let alone = Problem { cache_reads_memory: false, ..masked(4096, 65536, 8, 2) };
+        assert_eq!(plan(&alone, &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
+        // Forcing the shared path still gets it.
+        let forced = Problem { force: Some(PathKind::Shared), ..masked(4096, 65536, 8, 2) };
+        assert_eq!(plan(&forced, &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
     }
 
     #[test]

@@ -260,7 +260,6 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
         let bytes = size_of::<T>();
         let mut call = RowCall::over(stream, op, kernels, (rows, cols), max_pack(bytes, bytes), args, force, launch);
         call.problem.cache_bytes_per_col = bytes as u32;
-        call.problem.row_bytes_per_col = bytes as u32;
         call.arrays.push((x.address(), bytes));
         Ok(call)
     }
@@ -291,8 +290,7 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             gathered_bytes_per_col: 0,
             warp_max_cols: WARP_MAX_COLS,
             reads_once: false,
-            row_bytes_per_col: 0,
-            cache_staged: false,
+            cache_reads_memory: false,
             cache_transformed: false,
             passes_column_bytes: 0,
             force,
