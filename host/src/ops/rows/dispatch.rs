@@ -436,10 +436,10 @@ pub fn gathered_bytes_per_col(sums: u32) -> u32 {
 /// against the second kernel: f32 RMSNorm +8 to +17 points of copy and LayerNorm +2 to +13,
 /// 16-bit RMSNorm -0.5 to +5, 16-bit LayerNorm -4 to -17 (see docs/PERF.md).
 pub fn gathers_columns(problem: &Problem, sums: u32, phased: bool, device: &DeviceInfo) -> bool {
-    let cols = problem.cols as u64;
-    let per_col = problem.cache_bytes_per_col + gathered_bytes_per_col(sums);
-    let gathering = Problem { gathered_bytes_per_col: gathered_bytes_per_col(sums), ..*problem };
-    let sums_fit_caches = gathered_bytes_per_col(sums) <= problem.cache_bytes_per_col;
+    let (cols, sum_bytes) = (problem.cols as u64, gathered_bytes_per_col(sums));
+    let gathering = Problem { gathered_bytes_per_col: sum_bytes, ..*problem };
+    let sums_fit_caches = sum_bytes <= problem.cache_bytes_per_col;
+    let per_col = problem.cache_bytes_per_col + sum_bytes;
     problem.cols <= problem.warp_max_cols
         || ((!phased || sums_fit_caches) && fits_a_block(gathering.block_bytes(cols), device))
         || (sums_fit_caches && fits_a_cluster(cols, per_col, device))
