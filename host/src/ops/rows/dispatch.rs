@@ -604,13 +604,28 @@ fn gathering_cluster_halves(problem: &Problem, largest: ClusterBlocks) -> bool {
         && problem.slice_packs(largest.cluster) <= GATHERING_HALVED_PACKS * GATHERING_CLUSTER_BLOCK as u64
 }
 
-/// A row read once: a block of the fewest threads per row, so each SM holds as many rows as
-/// it has threads for (16 on the H100), each thread with its batches of loads in flight,
-/// and one row's reduction overlaps the others' loads. Measured on the H100 (cross entropy,
-/// 49152 rows of 4096-16384 columns): 103-104% of copy; blocks of 512-1024, a pack or so a
-/// thread, 43-64%.
+/// Block sizes a row read once streams in, largest first: whole warps, down to one.
+const STREAMING_BLOCK_SIZES: [u32; 3] = [128, 64, 32];
+
+/// Packs a thread of a streaming block takes at least, where one of
+/// [`STREAMING_BLOCK_SIZES`] allows.
+const STREAMING_PACKS_PER_THREAD: u64 = 4;
+
+/// A row read once: the largest of [`STREAMING_BLOCK_SIZES`] whose threads take at least
+/// [`STREAMING_PACKS_PER_THREAD`] packs each, else one warp. Each thread then has its batch
+/// of loads in flight, and an SM holds as many rows as it holds blocks (16 of 128, 32 of 64
+/// or 32 on the H100), one row's reductions overlapping the others' loads. Measured on the
+/// H100 (cross entropy and logsumexp, 49152 rows, % of copy): blocks of 128 at 4096-16384
+/// columns 103-104%, and of 512-1024, a pack or so a thread, 43-64%; at 2048 16-bit columns
+/// 79-85% in blocks of 128 (two packs a thread), 99.6-100% in blocks of 64; at 1152-1536,
+/// 53-72% in blocks of 128, 90-92% in blocks of 32; where blocks of 128 take four packs a
+/// thread, smaller blocks lost 0.5-3 points (see docs/PERF.md).
 fn streaming_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
-    let block = BLOCK_SIZES[0];
+    let packs = (problem.cols / problem.block_pack.max(1)) as u64;
+    let block = STREAMING_BLOCK_SIZES
+        .into_iter()
+        .find(|&block| packs >= STREAMING_PACKS_PER_THREAD * block as u64)
+        .unwrap_or(STREAMING_BLOCK_SIZES[STREAMING_BLOCK_SIZES.len() - 1]);
     problem.block_plan(Path::Uncached { block }, block_grid(problem.rows, block, device))
 }
 
@@ -831,9 +846,13 @@ pub(super) mod tests {
         let mut once = problem(49152, 1024, 8);
         once.reads_once = true;
         assert_eq!(plan(&once, &h100(), OCCUPANCY).unwrap().kind(), PathKind::Warp);
-        for cols in [2048, 262144] {
-            once.cols = cols;
-            assert_eq!(plan(&once, &h100(), OCCUPANCY).unwrap().path, Path::Uncached { block: 128 });
+        // A thread takes four packs or more where a block of one warp or more allows.
+        for (cols, pack, block) in [(1152, 8, 32), (1536, 8, 32), (2048, 8, 64), (3072, 8, 64), (4096, 8, 128)]
+            .into_iter()
+            .chain([(1152, 4, 64), (1536, 4, 64), (2048, 4, 128), (262144, 8, 128)])
+        {
+            (once.cols, once.pack, once.block_pack) = (cols, pack, pack);
+            assert_eq!(plan(&once, &h100(), OCCUPANCY).unwrap().path, Path::Uncached { block }, "{cols} x pack {pack}");
         }
         // Forcing a path still takes it.
         once.force = Some(PathKind::Cluster);
