@@ -385,16 +385,27 @@ where
                 let row = at.row;
                 let col = if owns { slice.in_row(at).edge::<P, PHASED>() } else { split.edge::<P, PHASED>(shape, at) };
                 let edge = edge((load_a, load_b, gather), row, col);
-                cache_a.fill(load_a, at);
-                cache_b.fill(load_b, at);
-                wait_async_copies();
+                // A split that prefetches holds one block an SM, so nothing else overlaps the
+                // wait for a row's copies: its first pass takes each pack as it lands.
+                if R::PREFETCHES {
+                    cache_a.fill_pair(load_a, &cache_b, load_b, at);
+                } else {
+                    cache_a.fill(load_a, at);
+                    cache_b.fill(load_b, at);
+                    wait_async_copies();
+                }
                 let read = |pack, col| (cache_a.read(load_a, at, pack, col), cache_b.read(load_b, at, pack, col));
                 let mut sums = [0.0; N];
                 start_sums(op, &mut sums, edge.map(|e| (e.a, e.scaled)));
-                cache_a.packs(at, |pack, col| {
+                let mut first_pass = |pack, col| {
                     let (a, b) = read(pack, col);
                     add_terms(op, &mut sums, a, gather.scale(col, b));
-                });
+                };
+                if R::PREFETCHES {
+                    cache_a.landed_pairs(load_a, &cache_b, load_b, at, &mut first_pass);
+                } else {
+                    cache_a.packs(at, &mut first_pass);
+                }
                 reduce_sums(split, &mut sums);
                 let grad = op.row(Some(row), &sums);
                 self.store_edge(&slab, row, grad, edge);

@@ -12,11 +12,9 @@
 #[cfg(feature = "cluster")]
 use crate::abi::MAX_CLUSTER_BLOCKS;
 use crate::abi::{PACK_BYTES, RowShape, part_edge_col, rows_per_access};
-#[cfg(feature = "softmax")]
-use crate::arch::wait_async_groups_but;
 use crate::arch::{
     SharedAddr, WARP_SIZE, block_dim_x, block_idx_x, commit_async_copies, copy_async, grid_dim_x, load_global_nc,
-    load_shared, pinned, store_shared, thread_idx_x,
+    load_shared, pinned, store_shared, thread_idx_x, wait_async_groups_but,
 };
 #[cfg(feature = "cluster")]
 use crate::arch::{
@@ -364,7 +362,6 @@ impl Slice {
     }
 
     /// How many of the slice's packs this thread handles in [`block_packs`].
-    #[cfg(feature = "softmax")]
     #[inline(always)]
     fn thread_packs(&self) -> u32 {
         let (thread, block) = (thread_idx_x(), block_dim_x());
@@ -439,11 +436,14 @@ pub(crate) trait RowSplit {
     const MERGES_REDUCTIONS: bool;
 
     /// Whether each row's last pass starts copying the next row into the cache, slot by
-    /// slot as its last read of the slot is done (see [`RowCache::prefetch`]). Yes for a
-    /// cluster, which holds one block per SM, so its loads otherwise stopped for each row's
-    /// reductions and output pass (measured on the H100: the softmax backward at 131072
-    /// f16 columns went from 81% to 89% of copy). A block keeps its code as it was: several
-    /// resident blocks per SM already overlap one another's passes.
+    /// slot as its last read of the slot is done (see [`RowCache::prefetch`]), and the
+    /// backward's first pass takes each pack as its copies land
+    /// ([`HeldRowCache::landed_pairs`]). Yes for a cluster, which holds one block per SM, so
+    /// its loads otherwise stopped for each row's reductions and output pass (measured on
+    /// the H100: the softmax backward at 131072 f16 columns went from 81% to 89% of copy;
+    /// the landed first pass took the f32 RMSNorm backward with its parameter gradients at
+    /// 49152x32768 from 79% to 86%). A block keeps its code as it was: several resident
+    /// blocks per SM already overlap one another's passes.
     const PREFETCHES: bool;
 
     /// Calls `f` for each row this block works on; every block sharing a row runs the same
@@ -788,16 +788,11 @@ impl<C: Scalar, const P: usize> RowCache<C, P> {
         let row = at.row;
         let slice = self.slice.in_row(at);
         match load.source() {
-            // cp.async moves 4, 8 or 16 bytes; a source's pack is one access. A pack the load
-            // does not read is not copied; its group is committed empty, so each pack's copies
-            // stay a group of their own.
-            Some(view) if Self::ACCESS >= 4 => block_packs::<P>(slice, |local, col| {
-                if load.reads(row, col) {
-                    // SAFETY: the pack is inside the row and the cache, aligned to its size.
-                    unsafe { copy_async(self.at(local, 0), view.at(row, col), Self::ACCESS) };
-                }
-                commit_async_copies();
-            }),
+            // cp.async moves 4, 8 or 16 bytes; a source's pack is one access.
+            // SAFETY: the pack is inside the row and the cache.
+            Some(view) if Self::ACCESS >= 4 => {
+                block_packs::<P>(slice, |local, col| unsafe { self.copy_pack(load, view, row, col, local) })
+            }
             // Single 8- or 16-bit elements: copied through registers, still untransformed.
             Some(view) => block_packs_loaded::<P, _>(
                 slice,
@@ -814,6 +809,57 @@ impl<C: Scalar, const P: usize> RowCache<C, P> {
                 |local, col, fetched| unsafe { self.write(local, load.convert(fetched, row, col)) },
             ),
         }
+    }
+
+    /// Caches this thread's packs of `at.row` as `load` reads them, and its packs of the same
+    /// slice into `other` as `other_load` reads them: where both caches copy, pack by pack,
+    /// each array's copies of a pack a group of their own (`self`'s first), as the last
+    /// pass's prefetches order them, so [`HeldRowCache::landed_pairs`] can take each pack as
+    /// it lands; else as [`RowCache::fill`] for each.
+    ///
+    /// # Safety
+    /// As [`RowCache::fill`], for both caches (`other` of the same slice).
+    #[inline(always)]
+    unsafe fn fill_pair<L: Load<P, Exact = C>, D: Scalar, M: Load<P, Exact = D>>(
+        &self,
+        load: &L,
+        other: &RowCache<D, P>,
+        other_load: &M,
+        at: BlockRow,
+    ) {
+        match (load.source(), other_load.source()) {
+            (Some(view), Some(other_view)) if self.copies(load) && other.copies(other_load) => {
+                if self.requested(load, at) {
+                    return;
+                }
+                let row = at.row;
+                // SAFETY: the pack is inside the row and both caches.
+                block_packs::<P>(self.slice.in_row(at), |local, col| unsafe {
+                    self.copy_pack(load, view, row, col, local);
+                    other.copy_pack(other_load, other_view, row, col, local);
+                });
+            }
+            // SAFETY: forwarded to the caller.
+            _ => unsafe {
+                self.fill(load, at);
+                other.fill(other_load, at);
+            },
+        }
+    }
+
+    /// Starts copying pack `local` of the cache from `view` at `col` of `row` where `load`
+    /// reads it, and closes the pack's group (empty where the load does not read it), so each
+    /// pack's copies stay a group of their own.
+    ///
+    /// # Safety
+    /// The pack must be inside the row and the cache.
+    #[inline(always)]
+    unsafe fn copy_pack<L: Load<P, Exact = C>>(&self, load: &L, view: RowMajor<C>, row: u64, col: u64, local: u64) {
+        if load.reads(row, col) {
+            // SAFETY: forwarded to the caller; a source's pack is one access, aligned to its size.
+            unsafe { copy_async(self.at(local, 0), view.at(row, col), Self::ACCESS) };
+        }
+        commit_async_copies();
     }
 
     /// Whether the cache copies `load`'s packs (`cp.async`) rather than staging them.
@@ -856,11 +902,8 @@ impl<C: Scalar, const P: usize> RowCache<C, P> {
     pub(crate) unsafe fn prefetch<L: Load<P, Exact = C>>(&self, load: &L, at: BlockRow, local: u64) {
         if let (Some(view), Some((next, head))) = (load.source(), self.prefetched_row(load, at)) {
             let col = Slice { head, ..self.slice }.col::<P>(local);
-            if load.reads(next, col) {
-                // SAFETY: the pack is inside the row and the cache, aligned to its size.
-                unsafe { copy_async(self.at(local, 0), view.at(next, col), Self::ACCESS) };
-            }
-            commit_async_copies();
+            // SAFETY: the pack is inside the row and the cache.
+            unsafe { self.copy_pack(load, view, next, col, local) };
         }
     }
 
@@ -1048,6 +1091,56 @@ impl<C: Scalar, const P: usize, const HELD: usize> HeldRowCache<C, P, HELD> {
         }
         // SAFETY: forwarded to the caller.
         unsafe { self.shared.fill(load, at) };
+    }
+
+    /// Caches this thread's packs of `at.row` into this cache and `other` as
+    /// [`RowCache::fill_pair`] does, the held ones loaded into registers.
+    ///
+    /// # Safety
+    /// As [`RowCache::fill`], for both caches (`other` of the same slice).
+    #[inline(always)]
+    pub(crate) unsafe fn fill_pair<L: Load<P, Exact = C>, D: Scalar, M: Load<P, Exact = D>>(
+        &self,
+        load: &L,
+        other: &HeldRowCache<D, P, HELD>,
+        other_load: &M,
+        at: BlockRow,
+    ) {
+        // SAFETY: forwarded to the caller; the held packs are inside the row.
+        unsafe {
+            if !self.shared.requested(load, at) {
+                self.held_packs(at, |k, col| self.hold(k, load, at.row, col));
+            }
+            if !other.shared.requested(other_load, at) {
+                other.held_packs(at, |k, col| other.hold(k, other_load, at.row, col));
+            }
+            self.shared.fill_pair(load, &other.shared, other_load, at);
+        }
+    }
+
+    /// As [`HeldRowCache::packs`] over a row filled or prefetched through this cache and
+    /// `other` (of the same slice) pack by pack ([`HeldRowCache::fill_pair`], or prefetches
+    /// of this cache's pack then `other`'s): each shared pack is waited for on its own, the
+    /// first used while later ones are still in flight (the held ones are loaded into
+    /// registers, waited for where used).
+    #[inline(always)]
+    pub(crate) fn landed_pairs<L: Load<P, Exact = C>, D: Scalar, M: Load<P, Exact = D>>(
+        &self,
+        load: &L,
+        other: &HeldRowCache<D, P, HELD>,
+        other_load: &M,
+        at: BlockRow,
+        mut f: impl FnMut(CachedPack, u64),
+    ) {
+        let groups = self.shared.copies(load) as u32 + other.shared.copies(other_load) as u32;
+        self.held_packs(at, |k, col| f(CachedPack::Held(k), col));
+        let shared = self.shared.slice.in_row(at);
+        let mut after = shared.thread_packs();
+        block_packs::<P>(shared, |local, col| {
+            after -= 1;
+            wait_async_groups_but(after * groups);
+            f(CachedPack::Shared(local), col);
+        });
     }
 
     /// Loads held pack `k` of `row`, at `col`, into its registers.
