@@ -1085,12 +1085,19 @@ impl<C: Scalar, const P: usize, const HELD: usize> HeldRowCache<C, P, HELD> {
     /// As [`RowCache::fill`].
     #[inline(always)]
     pub(crate) unsafe fn fill<L: Load<P, Exact = C>>(&self, load: &L, at: BlockRow) {
+        self.hold_row(load, at);
+        // SAFETY: forwarded to the caller.
+        unsafe { self.shared.fill(load, at) };
+    }
+
+    /// Loads this thread's held packs of `at.row` into their registers, unless the last
+    /// row's pass prefetched them.
+    #[inline(always)]
+    fn hold_row<L: Load<P, Exact = C>>(&self, load: &L, at: BlockRow) {
         if !self.shared.requested(load, at) {
             // SAFETY: the pack is inside the row.
             self.held_packs(at, |k, col| unsafe { self.hold(k, load, at.row, col) });
         }
-        // SAFETY: forwarded to the caller.
-        unsafe { self.shared.fill(load, at) };
     }
 
     /// Caches this thread's packs of `at.row` into this cache and `other` as
@@ -1106,16 +1113,10 @@ impl<C: Scalar, const P: usize, const HELD: usize> HeldRowCache<C, P, HELD> {
         other_load: &M,
         at: BlockRow,
     ) {
-        // SAFETY: forwarded to the caller; the held packs are inside the row.
-        unsafe {
-            if !self.shared.requested(load, at) {
-                self.held_packs(at, |k, col| self.hold(k, load, at.row, col));
-            }
-            if !other.shared.requested(other_load, at) {
-                other.held_packs(at, |k, col| other.hold(k, other_load, at.row, col));
-            }
-            self.shared.fill_pair(load, &other.shared, other_load, at);
-        }
+        self.hold_row(load, at);
+        other.hold_row(other_load, at);
+        // SAFETY: forwarded to the caller.
+        unsafe { self.shared.fill_pair(load, &other.shared, other_load, at) };
     }
 
     /// As [`HeldRowCache::packs`] over a row filled or prefetched through this cache and
