@@ -254,7 +254,7 @@ impl<L: Load<P>, const P: usize> CachedPass<'_, L, P> {
     #[cfg(feature = "softmax")]
     #[inline(always)]
     pub(crate) unsafe fn landed(&self, acc: &mut impl Accumulate) {
-        self.cache.landed_packs(|local| {
+        self.cache.landed_packs(1, |local| {
             if self.counts(local) {
                 // SAFETY: this thread filled the pack, and waited for it.
                 acc.add(unsafe { self.cache.read(self.load, self.at, local) })

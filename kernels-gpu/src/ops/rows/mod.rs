@@ -907,17 +907,17 @@ impl<C: Scalar, const P: usize> RowCache<C, P> {
         }
     }
 
-    /// Calls `f(local)` for this thread's packs of the row it filled or prefetched through
-    /// this cache alone, each pack waited for on its own: the first packs are used while
-    /// later ones are still in flight (the copies of each pack are a group of their own).
-    /// Packs not copied are there already.
-    #[cfg(feature = "softmax")]
+    /// Calls `f(local)` for this thread's packs of the row it filled or prefetched, each
+    /// pack waited for on its own: the first packs are used while later ones are still in
+    /// flight. Each pack's copies are `groups` groups of their own, committed pack by pack
+    /// (1 for this cache alone, 2 for [`HeldRowCache::landed_pairs`]); packs not copied
+    /// are there already.
     #[inline(always)]
-    pub(crate) fn landed_packs(&self, mut f: impl FnMut(u64)) {
+    pub(crate) fn landed_packs(&self, groups: u32, mut f: impl FnMut(u64)) {
         let mut after = self.slice.thread_packs();
         block_packs::<P>(self.slice, |local, _| {
             after -= 1;
-            wait_async_groups_but(after);
+            wait_async_groups_but(after * groups);
             f(local);
         });
     }
@@ -1136,12 +1136,7 @@ impl<C: Scalar, const P: usize, const HELD: usize> HeldRowCache<C, P, HELD> {
         let groups = self.shared.copies(load) as u32 + other.shared.copies(other_load) as u32;
         self.held_packs(at, |k, col| f(CachedPack::Held(k), col));
         let shared = self.shared.slice.in_row(at);
-        let mut after = shared.thread_packs();
-        block_packs::<P>(shared, |local, col| {
-            after -= 1;
-            wait_async_groups_but(after * groups);
-            f(CachedPack::Shared(local), col);
-        });
+        self.shared.landed_packs(groups, |local| f(CachedPack::Shared(local), shared.col::<P>(local)));
     }
 
     /// Loads held pack `k` of `row`, at `col`, into its registers.
