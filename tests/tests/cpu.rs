@@ -263,10 +263,6 @@ fn batch_norm_clamps_and_relu_tests_keep_nan() {
     }
 }
 
-/// Whether `name` is a backward gathering the norms' parameter gradients; if so, checks
-/// that its sums, shared by a block, are added 16 bytes at a time (a word at a time on rows
-/// run from their heads, whose packs start at any column) and never atomically (the same
-/// bits every run).
 /// Whether a kernel's PTX has a `call` instruction, predicated or not. Labels and comments
 /// do not count: an inlined closure's labels may name its `call_mut`.
 fn calls_a_function(body: &str) -> bool {
@@ -280,6 +276,10 @@ fn calls_a_function(body: &str) -> bool {
     })
 }
 
+/// Whether `name` is a backward gathering the norms' parameter gradients; if so, checks
+/// that its sums, shared by a block, are added 16 bytes at a time (a word at a time on rows
+/// run from their heads, whose packs start at any column) and never atomically (the same
+/// bits every run).
 fn check_gathering(name: &str, body: &str) -> bool {
     let gathers = name.starts_with("rill_norm_backward_params_");
     if gathers {
