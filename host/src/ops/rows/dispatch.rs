@@ -425,13 +425,15 @@ pub fn gathered_bytes_per_col(sums: u32) -> u32 {
 /// Whether a backward's rows can gather `sums` column sums (its gathering kernels' paths):
 /// rows on the warp path, or whose caches and sums fit one block's shared memory, or (sm_90)
 /// a cluster's, each block holding its slice's, where the sums take no more of it than the
-/// cached rows; rows run from their heads (`phased`, wider than the warp path) only where
-/// the sums take no more of it than the cached rows, on either path. Elsewhere a second
-/// kernel reads the rows again for them (about 58% of copy on aligned rows, 35-52% on
-/// phased ones). Measured on the H100 (49152 rows of 20480 to 32768 columns): gathered on a
-/// cluster, f32 rows ran at 73-88% of copy and 16-bit RMSNorm's at 80%; 16-bit LayerNorm's,
-/// whose two f32 sums take twice the shared memory of its cached rows, at 52-64%, behind
-/// the second kernel but where each thread took the same packs of its slice. Phased rows
+/// cached rows or, on aligned rows, where the largest cluster's slices fit
+/// [`GATHERING_BLOCKS_AN_SM`] blocks an SM; rows run from their heads (`phased`, wider than
+/// the warp path) only where the sums take no more of it than the cached rows, on either
+/// path. Elsewhere a second kernel reads the rows again for them (about 58% of copy on
+/// aligned rows, 35-52% on phased ones). Measured on the H100 (49152 rows of 20480 to 32768
+/// columns): gathered on a cluster, f32 rows ran at 73-88% of copy and 16-bit RMSNorm's at
+/// 80%; 16-bit LayerNorm's, whose two f32 sums take twice the shared memory of its cached
+/// rows, at 52-66% on one block an SM, behind or level with the second kernel, and at
+/// 68-74% on two (24576 and 32768 columns, [`cluster_plan`]). Phased rows
 /// (4096 rows of 1025-50257 columns), whose packs' terms reach the sums a word at a time,
 /// against the second kernel: f32 RMSNorm +8 to +17 points of copy and LayerNorm +2 to +13,
 /// 16-bit RMSNorm -0.5 to +5, 16-bit LayerNorm -4 to -17 (see docs/PERF.md).
@@ -443,7 +445,13 @@ pub fn gathers_columns(problem: &Problem, sums: u32, phased: bool, device: &Devi
     problem.cols <= problem.warp_max_cols
         || ((!phased || sums_fit_caches) && fits_a_block(gathering.block_bytes(cols), device))
         || (sums_fit_caches && fits_a_cluster(cols, per_col, device))
+        || (!phased && fits_a_cluster(cols, GATHERING_BLOCKS_AN_SM * per_col, device))
 }
+
+/// Blocks an SM whose slices' caches and sums the largest cluster must hold for aligned
+/// rows whose sums take more shared memory than their caches (16-bit LayerNorm) to gather:
+/// there the cluster takes more than one block an SM ([`cluster_plan`]).
+const GATHERING_BLOCKS_AN_SM: u32 = 2;
 
 /// Whether the largest cluster holds a row of `cols` columns of `per_col` bytes on a GPU
 /// with clusters: each block's slice (rounded up to 16 columns, past any pack) in its
@@ -480,6 +488,22 @@ pub const CLUSTER_WAVES: u32 = 8;
 /// 131072 columns from 79% to 88% of copy before the prefetch above (which took it to 89%
 /// with one) but dropped the f32 norm backward at 32768 from 80% to 57%, so the fewest
 /// blocks it is.
+///
+/// Clusters that gather column sums ([`Problem::gathered_bytes_per_col`]) over aligned rows
+/// take instead the fewest blocks, each the largest, that keep more than one block an SM
+/// and give each thread at least [`GATHERING_PACKS_PER_THREAD`] packs of its slice, so that
+/// one block's read-modify-writes of its sums in shared memory overlap another's loads.
+/// They keep the fewest blocks where none does, and where those are a cluster of two and
+/// the sums take no more shared memory than the cached rows. Measured on the H100 (norm
+/// backward with the parameter gradients, % of copy, 49152 rows to 32768 columns, else
+/// 4096): LayerNorm f32 at 32768 columns 78% on four blocks of 512 (one an SM), 83-84% on
+/// eight (two packs a thread), at 40960 73 -> 77%, at 65536 72 -> 80%; bf16 at 32768 58% on
+/// the second kernel, 66% on two blocks of 1024, 73-74% on four of 512, 58% on eight of 512
+/// (one pack a thread); bf16 at 24576 60% on the second kernel, 68% on four of 512 (1.5
+/// packs a thread), 71-72% on four of 384 (two); bf16 at 65536 56 -> 68%; RMSNorm bf16 at
+/// 65536 69 -> 77%, f32 at 40960 77 -> 79%. Clusters of two blocks of 1024 held their own
+/// against this rule's plans: RMSNorm f32 at 24576 and 32768 85-90% against 79-83%, bf16 at
+/// 32768 83% against 82%, f32 LayerNorm at 16384 85% against 83% and at 24576 80% both.
 fn cluster_plan(
     problem: &Problem,
     device: &DeviceInfo,
@@ -495,30 +519,62 @@ fn cluster_plan(
         let cached = packs.saturating_sub(held) * problem.cache_bytes_per_col as u64 * pack;
         cached + problem.gathered_bytes(problem.slice_cols(cluster))
     };
-    for cluster in ROW_CLUSTER_SIZES {
-        for block in BLOCK_SIZES.into_iter().rev().filter(|&b| b <= problem.block_limit) {
+    let blocks =
+        |cluster| BLOCK_SIZES.into_iter().rev().filter(move |&b| b <= problem.block_limit).map(move |b| (cluster, b));
+    let plan = |cluster, block, bytes: u64, resident| {
+        let path = Path::Cluster { cluster, block, shared_bytes: bytes as u32 };
+        problem.block_plan(path, cluster_grid(problem, cluster, resident))
+    };
+    let mut fewest = None;
+    for (cluster, block) in ROW_CLUSTER_SIZES.into_iter().flat_map(blocks) {
+        let bytes = slice_bytes(cluster, block);
+        if bytes > limit {
+            continue;
+        }
+        let resident = occupancy(cluster, block, bytes as u32)?;
+        if resident > 0 {
+            let largest = ClusterBlocks { cluster, block, bytes, resident };
+            let half_bytes = slice_bytes(cluster, block / 2);
+            let ClusterBlocks { block, bytes, resident, .. } = if half_bytes > limit {
+                largest
+            } else if gathering_cluster_halves(problem, largest) {
+                halved_blocks(occupancy, largest, half_bytes)?.filter(|h| h.resident > 0).unwrap_or(largest)
+            } else {
+                column_reading_blocks(problem, device, occupancy, largest, half_bytes)?
+            };
+            fewest = Some(plan(cluster, block, bytes, resident));
+            break;
+        }
+    }
+    if fewest.is_some_and(|fewest| gathers_two_blocks_an_sm(problem, &fewest)) {
+        for (cluster, block) in ROW_CLUSTER_SIZES.into_iter().flat_map(blocks) {
             let bytes = slice_bytes(cluster, block);
-            if bytes > limit {
+            if bytes > limit || problem.slice_packs(cluster) < GATHERING_PACKS_PER_THREAD * block as u64 {
                 continue;
             }
             let resident = occupancy(cluster, block, bytes as u32)?;
-            if resident > 0 {
-                let largest = ClusterBlocks { cluster, block, bytes, resident };
-                let half_bytes = slice_bytes(cluster, block / 2);
-                let ClusterBlocks { block, bytes, resident, .. } = if half_bytes > limit {
-                    largest
-                } else if gathering_cluster_halves(problem, largest) {
-                    halved_blocks(occupancy, largest, half_bytes)?.filter(|h| h.resident > 0).unwrap_or(largest)
-                } else {
-                    column_reading_blocks(problem, device, occupancy, largest, half_bytes)?
-                };
-                let clusters = (problem.rows as u64).min(resident as u64 * CLUSTER_WAVES as u64).max(1);
-                let path = Path::Cluster { cluster, block, shared_bytes: bytes as u32 };
-                return Ok(Some(problem.block_plan(path, (clusters * cluster as u64) as u32)));
+            if resident as u64 * cluster as u64 > device.multiprocessors as u64 {
+                return Ok(Some(plan(cluster, block, bytes, resident)));
             }
         }
     }
-    Ok(None)
+    Ok(fewest)
+}
+
+/// Whether a cluster plan whose fewest blocks give `fewest` gathers its column sums on
+/// more than one block an SM instead ([`cluster_plan`]): aligned rows that gather, but for
+/// clusters of two whose sums take no more shared memory than the cached rows.
+fn gathers_two_blocks_an_sm(problem: &Problem, fewest: &Plan) -> bool {
+    problem.gathered_bytes_per_col > 0
+        && !problem.owns_parts()
+        && (fewest.cluster() > ROW_CLUSTER_SIZES[0] || problem.gathered_bytes_per_col > problem.cache_bytes_per_col)
+}
+
+/// The cluster path's grid: [`CLUSTER_WAVES`] waves of `resident` clusters of `cluster`
+/// blocks, or a cluster a row where there are fewer rows.
+fn cluster_grid(problem: &Problem, cluster: u32, resident: u32) -> u32 {
+    let clusters = (problem.rows as u64).min(resident as u64 * CLUSTER_WAVES as u64).max(1);
+    (clusters * cluster as u64) as u32
 }
 
 /// A cluster plan's blocks: `cluster` of `block` threads, `bytes` of shared memory each,
@@ -576,6 +632,10 @@ fn halved_blocks(
     Ok(Some(ClusterBlocks { block: half, bytes: half_bytes, resident, ..largest }))
 }
 
+/// Packs of its slice each thread of a gathering cluster's block takes at least, where the
+/// planner splits the rows for two blocks an SM ([`cluster_plan`]).
+const GATHERING_PACKS_PER_THREAD: u64 = 2;
+
 /// Clusters of at least this many blocks that gather column sums
 /// ([`Problem::gathered_bytes_per_col`]) may run blocks of [`GATHERING_CLUSTER_BLOCK`].
 const GATHERING_CLUSTER_HALVES_FROM: u32 = 4;
@@ -586,7 +646,8 @@ const GATHERING_CLUSTER_BLOCK: u32 = 512;
 /// The most packs of its slice a thread of a halved gathering cluster takes.
 const GATHERING_HALVED_PACKS: u64 = 5;
 
-/// Whether a cluster that gathers column sums takes blocks of half the largest: where it
+/// Whether a cluster that gathers column sums with one block an SM (where [`cluster_plan`]
+/// finds none of two) takes blocks of half the largest: where it
 /// has [`GATHERING_CLUSTER_HALVES_FROM`] blocks or more, the largest are of 1024 threads,
 /// and a thread of the halved blocks takes at most [`GATHERING_HALVED_PACKS`] packs of its
 /// slice. One block an SM either way (the slices' caches and sums fill its shared memory).
@@ -956,36 +1017,64 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn gathering_clusters_of_four_blocks_or_more_take_blocks_of_512() {
+    fn gathering_clusters_take_two_blocks_an_sm_where_threads_keep_two_packs() {
         let device = h100();
-        // f32 LayerNorm's backward with its parameter gradients: x and dy cached, two sums,
-        // weight read in the passes (16 bytes a column in shared memory).
-        let gathering = |rows, cols| Problem {
+        // A gathering kernel of 64 registers: one block of 1024 an SM, two of 512.
+        let by_blocks = by_registers(64);
+        let cluster = |cluster: u32, block, bytes| Ok(132 * by_blocks(block, bytes)? / cluster);
+        let occupancy = Occupancies { shared: &by_blocks, cluster: &cluster };
+        // LayerNorm's backward with its parameter gradients: x and dy cached, two f32 sums,
+        // weight read in the passes.
+        let gathering = |rows, cols, cache_bytes_per_col, pack| Problem {
+            cache_bytes_per_col,
+            gathered_bytes_per_col: 8,
+            passes_column_bytes: 4,
+            ..problem(rows, cols, pack)
+        };
+        let cluster_of = |problem: Problem| match plan(&problem, &device, occupancy).unwrap().path {
+            Path::Cluster { cluster, block, .. } => (cluster, block),
+            path => panic!("{}: {path:?}", problem.cols),
+        };
+        // f32 (16 bytes a column): the fewest blocks of slices of 64-96 KB, two an SM, in
+        // blocks of 512 (two packs a thread or more) ...
+        for (rows, cols, cluster) in [(49152, 32768, 8), (4096, 40960, 8), (4096, 49152, 8), (4096, 65536, 16)] {
+            assert_eq!(cluster_of(gathering(rows, cols, 8, 4)), (cluster, 512), "{cols}");
+        }
+        // ... but where two blocks hold a row and the sums take no more shared memory than
+        // the cached rows, those two.
+        assert_eq!(cluster_of(gathering(49152, 16384, 8, 4)).0, 2);
+        let rms = Problem { gathered_bytes_per_col: 4, ..gathering(49152, 32768, 8, 4) };
+        assert_eq!(cluster_of(rms), (2, 1024));
+        assert_eq!(cluster_of(Problem { cols: 40960, ..rms }), (8, 512));
+        // bf16 (12 bytes a column): at 24576 a block of 512 would leave threads 1.5 packs
+        // of its 768; 384 gives each two.
+        assert_eq!(cluster_of(gathering(49152, 32768, 4, 8)), (4, 512));
+        assert_eq!(cluster_of(gathering(49152, 24576, 4, 8)), (4, 384));
+        // The same rows without the sums keep the largest blocks, the fewest that hold them.
+        let plain = Problem { gathered_bytes_per_col: 0, cache_bytes_per_col: 16, ..gathering(49152, 32768, 8, 4) };
+        assert_eq!(cluster_of(plain), (4, 1024));
+    }
+
+    #[test]
+    fn gathering_clusters_of_four_blocks_or_more_that_keep_one_block_an_sm_take_blocks_of_512() {
+        let device = h100();
+        // f32 LayerNorm's backward with its parameter gradients (16 bytes a column) where
+        // even sixteen blocks' slices keep one block an SM.
+        let gathering = |cols| Problem {
             cache_bytes_per_col: 8,
             gathered_bytes_per_col: 8,
             passes_column_bytes: 4,
-            ..problem(rows, cols, 4)
+            ..problem(4096, cols, 4)
         };
-        let cluster_of = |rows, cols| match plan(&gathering(rows, cols), &device, OCCUPANCY).unwrap().path {
+        let cluster_of = |cols| match plan(&gathering(cols), &device, OCCUPANCY).unwrap().path {
             Path::Cluster { cluster, block, .. } => (cluster, block),
             path => panic!("{cols}: {path:?}"),
         };
-        // Two blocks of 1024 at 24576 columns; four, eight and sixteen of 512 past it where
-        // a thread of 512 takes 4-5 packs (8192-10240 columns a block).
-        assert_eq!(cluster_of(49152, 24576), (2, 1024));
-        assert_eq!(cluster_of(49152, 32768), (4, 512));
-        assert_eq!(cluster_of(4096, 40960), (4, 512));
-        assert_eq!(cluster_of(4096, 65536), (8, 512));
-        assert_eq!(cluster_of(4096, 131072), (16, 512));
-        // 12288 columns a block: six packs a thread of 512, so blocks of 1024.
-        assert_eq!(cluster_of(4096, 49152), (4, 1024));
-        assert_eq!(cluster_of(4096, 98304), (8, 1024));
-        // The same rows without the sums keep the largest blocks.
-        let plain = Problem { gathered_bytes_per_col: 0, cache_bytes_per_col: 16, ..gathering(49152, 32768) };
-        assert_eq!(
-            plan(&plain, &device, OCCUPANCY).unwrap().path,
-            Path::Cluster { cluster: 4, block: 1024, shared_bytes: 131072 }
-        );
+        // 8192 columns a block at 131072 (128 KB, 4 packs a thread of 512), 10240 at 163840
+        // (5 packs): halved; 12288 at 196608 (6 packs): not.
+        assert_eq!(cluster_of(131072), (16, 512));
+        assert_eq!(cluster_of(163840), (16, 512));
+        assert_eq!(cluster_of(196608), (16, 1024));
     }
 
     #[test]
@@ -1030,8 +1119,10 @@ pub(super) mod tests {
         assert!(at(&h100, 450_000, 4, 1));
         assert!(!at(&h100, 240_000, 8, 2));
         assert!(!at(&h100, 470_000, 4, 1));
-        // 16-bit LayerNorm: two sums, 8 bytes, beside 4 cached.
-        assert!(!at(&h100, 32768, 4, 2));
+        // 16-bit LayerNorm: two sums, 8 bytes, beside 4 cached, where sixteen blocks' slices
+        // fit two blocks an SM: up to 150K columns.
+        assert!(at(&h100, 32768, 4, 2) && at(&h100, 150_000, 4, 2));
+        assert!(!at(&h100, 160_000, 4, 2));
         // Rows run from their heads gather only where the sums take no more shared memory
         // than the cached rows, in one block too: not 16-bit LayerNorm's.
         let phased =
