@@ -16,6 +16,10 @@ pub struct Options {
     /// Largest length to test (lower under `--quick`).
     pub max_len: usize,
     pub selection: Selection,
+    /// `--shard K/N`: the `K`th of `N` parts of the cases, each case in one part by its
+    /// name ([`Options::keeps`]), so that a run too long for one sitting (the whole suite
+    /// takes about ten minutes on an H100) can be split into runs of a part each.
+    pub shard: Option<(u64, u64)>,
 }
 
 /// Which of the filter's cases run. Under compute-sanitizer the whole suite would take
@@ -35,10 +39,11 @@ pub enum Selection {
 }
 
 impl Options {
-    /// The options from the command line: `[FILTER] [--quick] [--cover FILE | --cases FILE]`;
-    /// exits with a line saying why where `--cases`' file cannot be read.
+    /// The options from the command line: `[FILTER] [--quick] [--shard K/N] [--cover FILE |
+    /// --cases FILE]`; exits with a line saying why where `--cases`' file cannot be read or
+    /// the shard is not `K/N` with `K < N`.
     pub fn from_args() -> Options {
-        let mut options = Options { filter: None, max_len: usize::MAX, selection: Selection::All };
+        let mut options = Options { filter: None, max_len: usize::MAX, selection: Selection::All, shard: None };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
             match arg.as_str() {
@@ -53,6 +58,14 @@ impl Options {
                         Selection::Cases(names.lines().map(str::to_string).collect())
                     };
                 }
+                "--shard" => {
+                    let part = args.next().unwrap_or_default();
+                    options.shard = Some(parse_shard(&part).unwrap_or_else(|| {
+                        exit_with(&format!(
+                            "--shard takes K/N with K < N (0/2 and 1/2 split the cases in two), not `{part}`"
+                        ))
+                    }));
+                }
                 // Flags cargo's test runner passes to every test binary.
                 flag if flag.starts_with('-') => {}
                 filter => options.filter = Some(filter.to_string()),
@@ -66,6 +79,21 @@ impl Options {
     pub fn sanitizer_selection(&self) -> bool {
         !matches!(self.selection, Selection::All)
     }
+
+    /// Whether the filter and the shard keep the case `name`. A case's shard is a hash of
+    /// its name alone (the high bits of FNV-1a, whose low bits follow the bytes' parities),
+    /// so the parts of one run are disjoint and together the whole, whatever the seed.
+    fn keeps(&self, name: &str) -> bool {
+        self.filter.as_ref().is_none_or(|f| name.contains(f.as_str()))
+            && self.shard.is_none_or(|(part, parts)| (case_seed(0, name) >> 32) % parts == part)
+    }
+}
+
+/// `K/N` with `K < N`.
+fn parse_shard(part: &str) -> Option<(u64, u64)> {
+    let (part, parts) = part.split_once('/')?;
+    let (part, parts) = (part.parse().ok()?, parts.parse().ok()?);
+    (part < parts).then_some((part, parts))
 }
 
 fn exit_with(message: &str) -> ! {
@@ -122,7 +150,7 @@ impl Suite {
             Selection::Cases(names) => names.contains(name),
             _ => true,
         };
-        listed && self.options.filter.as_ref().is_none_or(|f| name.contains(f.as_str()))
+        listed && self.options.keeps(name)
     }
 
     /// Runs one case: `body` gets the case's rng and returns the measured error, which must

@@ -1,9 +1,10 @@
 //! The GPU integration suite. Without a CUDA device it prints one line and exits 0.
 //!
-//! `cargo test -p rill-tests --test gpu -- [FILTER] [--quick] [--cover FILE | --cases FILE]`:
-//! FILTER keeps the cases whose name contains it; `--quick` skips lengths above 2^20 (for
-//! compute-sanitizer runs); `--cover` and `--cases` choose and run the subset that
-//! `cargo xtask sanitize` runs under compute-sanitizer (`harness::Selection`).
+//! `cargo test -p rill-tests --test gpu -- [FILTER] [--quick] [--shard K/N] [--cover FILE |
+//! --cases FILE]`: FILTER keeps the cases whose name contains it; `--quick` skips lengths
+//! above 2^20 (for compute-sanitizer runs); `--shard K/N` runs the `K`th of `N` disjoint
+//! parts (0/2 and 1/2 together are the whole suite); `--cover` and `--cases` choose and run
+//! the subset that `cargo xtask sanitize` runs under compute-sanitizer (`harness::Selection`).
 //! Inputs are fresh random data each run; the run's seed is printed, and `RILL_SEED=<seed>`
 //! repeats it.
 
