@@ -1028,10 +1028,10 @@ fn special_rows<T: Element>(suite: &mut Suite) {
 }
 
 /// The backward with its parameter gradients on the widest rows whose sums the clusters
-/// gather, each of up to 16 blocks its slice's (f32 LayerNorm at 131072 columns, RMSNorm in
-/// 16 bits at 262144; at 131073 the rows run from their heads, each block taking its part's
-/// elements outside its packs), and past them, where a second kernel sums the columns (f32
-/// LayerNorm at 262144), on the dispatcher's plans.
+/// gather, each of up to 16 blocks its slice's (LayerNorm at 131072 columns, RMSNorm in 16
+/// bits at 262144; at 131073 the rows run from their heads, each block taking its part's
+/// elements outside its packs), and past them, where a second kernel sums the columns
+/// (LayerNorm at 262144), on the dispatcher's plans.
 fn widest_gathering<T: Element>(suite: &mut Suite) {
     for cols in [131072, 131073, 262144] {
         for rows in [3, 9] {

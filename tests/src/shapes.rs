@@ -43,8 +43,8 @@ pub fn softmax_bench_shapes() -> Vec<(usize, usize)> {
 /// Norm row widths the GPU suite covers: softmax's but 1023, 24576, and 65536 instead of
 /// 131072 (on an H100 a forward row of 65536 f32 is past shared memory, and a backward row,
 /// which caches two arrays, already at 32768; backward rows of 24576 with their parameter
-/// gradients' sums are past it too: f32 rows gather them on a cluster, 16-bit LayerNorm's
-/// leave them to a second kernel).
+/// gradients' sums are past it too, but for 16-bit RMSNorm's: f32 rows gather them on
+/// clusters of two blocks, 16-bit LayerNorm's on clusters of four).
 pub const NORM_TEST_COLS: &[usize] = &[
     1, 2, 3, 31, 32, 33, 127, 257, 512, 701, 768, 1000, 1024, 1025, 2047, 4096, 4097, 12345, 24576, 32768, 50257, 65536,
 ];
