@@ -243,6 +243,13 @@ impl Problem {
     fn block_phased(&self) -> bool {
         self.block_pack > self.pack
     }
+
+    /// Whether the gathered column sums take no more shared memory than the cached rows
+    /// (all but 16-bit LayerNorm's), which decides where the sums gather and on which
+    /// clusters ([`gathers_columns`], [`cluster_plan`]).
+    fn sums_fit_caches(&self) -> bool {
+        self.gathered_bytes_per_col <= self.cache_bytes_per_col
+    }
 }
 
 /// Blocks per SM the kernel reaches with `block` threads and `shared` bytes (the
@@ -440,7 +447,7 @@ pub fn gathered_bytes_per_col(sums: u32) -> u32 {
 pub fn gathers_columns(problem: &Problem, sums: u32, phased: bool, device: &DeviceInfo) -> bool {
     let (cols, sum_bytes) = (problem.cols as u64, gathered_bytes_per_col(sums));
     let gathering = Problem { gathered_bytes_per_col: sum_bytes, ..*problem };
-    let sums_fit_caches = sum_bytes <= problem.cache_bytes_per_col;
+    let sums_fit_caches = gathering.sums_fit_caches();
     let per_col = problem.cache_bytes_per_col + sum_bytes;
     problem.cols <= problem.warp_max_cols
         || ((!phased || sums_fit_caches) && fits_a_block(gathering.block_bytes(cols), device))
@@ -567,7 +574,7 @@ fn cluster_plan(
 fn gathers_two_blocks_an_sm(problem: &Problem, fewest: &Plan) -> bool {
     problem.gathered_bytes_per_col > 0
         && !problem.owns_parts()
-        && (fewest.cluster() > ROW_CLUSTER_SIZES[0] || problem.gathered_bytes_per_col > problem.cache_bytes_per_col)
+        && (fewest.cluster() > ROW_CLUSTER_SIZES[0] || !problem.sums_fit_caches())
 }
 
 /// The cluster path's grid: [`CLUSTER_WAVES`] waves of `resident` clusters of `cluster`
