@@ -969,21 +969,24 @@ fn misaligned<T: Element>(suite: &mut Suite) {
     }
     // Arrays at different offsets: rows that cannot run from their heads take pack 1 on
     // every path (the block paths' too, at 4097 columns); a weight alone off its pack runs
-    // rows from their heads.
+    // rows from their heads, at 65536 columns on clusters whose blocks own their parts of
+    // rows whose every pack is aligned.
     for offsets in [
         Offsets { input: 1, output: 0, param: 0 },
         Offsets { input: 0, output: 1, param: 0 },
         Offsets { input: 0, output: 0, param: 1 },
     ] {
-        for cols in [1024, 4097] {
+        for cols in [1024, 4097, 65536] {
             let at = At::new(3, cols, None).offset(offsets);
             forward_cases::<T, T, T>(suite, Spec::LAYER, at, Data::Mixed, true);
             forward_cases::<T, T, T>(suite, Spec::RMS.add(), at, Data::Mixed, true);
             backward_cases::<T, T>(suite, Spec::LAYER, at, Data::Mixed, true);
+            backward_cases::<T, T>(suite, Spec::RMS, at, Data::Mixed, true);
             if T::DTYPE != DType::F32 {
                 forward_cases::<T, T, f32>(suite, Spec::LAYER, at, Data::Mixed, true);
                 forward_cases::<T, T, f32>(suite, Spec::RMS.add(), at, Data::Mixed, true);
                 backward_cases::<T, f32>(suite, Spec::LAYER, at, Data::Mixed, true);
+                backward_cases::<T, f32>(suite, Spec::RMS, at, Data::Mixed, true);
             }
         }
     }
