@@ -450,7 +450,8 @@ pub fn gathered_bytes_per_col(sums: u32) -> u32 {
 /// 68-74% on two (24576 and 32768 columns, [`cluster_plan`]). Phased rows
 /// (4096 rows of 1025-50257 columns), whose packs' terms reach the sums a word at a time,
 /// against the second kernel: f32 RMSNorm +8 to +17 points of copy and LayerNorm +2 to +13,
-/// 16-bit RMSNorm -0.5 to +5, 16-bit LayerNorm -4 to -17 (see docs/PERF.md).
+/// 16-bit RMSNorm -0.5 to +5, 16-bit LayerNorm -4 to -17, and -14 to -17 on clusters of two
+/// blocks an SM (32001-131073 columns; see docs/PERF.md).
 pub fn gathers_columns(problem: &Problem, sums: u32, phased: bool, device: &DeviceInfo) -> bool {
     let (cols, sum_bytes) = (problem.cols as u64, gathered_bytes_per_col(sums));
     let gathering = Problem { gathered_bytes_per_col: sum_bytes, ..*problem };
@@ -503,12 +504,14 @@ pub const CLUSTER_WAVES: u32 = 8;
 /// with one) but dropped the f32 norm backward at 32768 from 80% to 57%, so the fewest
 /// blocks it is.
 ///
-/// Clusters that gather column sums ([`Problem::gathered_bytes_per_col`]) over aligned rows
-/// take instead the fewest blocks, each the largest, that keep more than one block an SM
-/// and give each thread at least [`GATHERING_PACKS_PER_THREAD`] packs of its slice, so that
-/// one block's read-modify-writes of its sums in shared memory overlap another's loads.
-/// They keep the fewest blocks where none does, and where those are a cluster of two and
-/// the sums take no more shared memory than the cached rows. Measured on the H100 (norm
+/// Clusters that gather column sums ([`Problem::gathered_bytes_per_col`]) take instead the
+/// fewest blocks, each the largest, that keep more than one block an SM and give each
+/// thread at least [`GATHERING_PACKS_PER_THREAD`] packs of its slice, so that one block's
+/// read-modify-writes of its sums in shared memory overlap another's loads. They keep the
+/// fewest blocks where none does, and where those are a cluster of two over aligned rows
+/// and the sums take no more shared memory than the cached rows
+/// ([`gathers_two_blocks_an_sm`], which has the figures of rows run from their heads).
+/// Measured on the H100 (aligned rows' norm
 /// backward with the parameter gradients, % of copy, 49152 rows to 32768 columns, else
 /// 4096): LayerNorm f32 at 32768 columns 78% on four blocks of 512 (one an SM), 83-84% on
 /// eight (two packs a thread), at 40960 73 -> 77%, at 65536 72 -> 80%; bf16 at 32768 58% on
@@ -576,12 +579,17 @@ fn cluster_plan(
 }
 
 /// Whether a cluster plan whose fewest blocks give `fewest` gathers its column sums on
-/// more than one block an SM instead ([`cluster_plan`]): aligned rows that gather, but for
-/// clusters of two whose sums take no more shared memory than the cached rows.
+/// more than one block an SM instead ([`cluster_plan`]): rows run from their heads that
+/// gather, and aligned ones but for clusters of two whose sums take no more shared memory
+/// than the cached rows. Rows run from their heads add their packs' terms to the sums a
+/// word at a time, and gain even on clusters of two, whose blocks (72-114 registers a
+/// thread) are of 512 at most. Measured on the H100 (4096 rows, % of copy): f32 RMSNorm at
+/// 12345 columns from 60 on two blocks of 512 to 77-78 on two of 384, at 32001 from 63 to
+/// 66-68 on four of 384; f32 LayerNorm at 32001 and 50257 from 52-57 on four blocks of 512
+/// to 62-65 on eight of 384; bf16 RMSNorm at 32001 and 50257 from 47-49 to 51.
 fn gathers_two_blocks_an_sm(problem: &Problem, fewest: &Plan) -> bool {
     problem.gathered_bytes_per_col > 0
-        && !problem.owns_parts()
-        && (fewest.cluster() > ROW_CLUSTER_SIZES[0] || !problem.sums_fit_caches())
+        && (problem.owns_parts() || fewest.cluster() > ROW_CLUSTER_SIZES[0] || !problem.sums_fit_caches())
 }
 
 /// The cluster path's grid: [`CLUSTER_WAVES`] waves of `resident` clusters of `cluster`
@@ -989,6 +997,12 @@ pub(super) mod tests {
         move |block, bytes| Ok(by_shared(block, bytes)?.min(65536 / (block * registers)))
     }
 
+    /// Resident clusters of a kernel of `registers` a thread, every SM holding
+    /// [`by_registers`] blocks (GPC boundaries ignored).
+    fn clusters_by_registers(registers: u32) -> impl Fn(u32, u32, u32) -> crate::Result<u32> {
+        move |cluster, block, bytes| Ok(132 * by_registers(registers)(block, bytes)? / cluster)
+    }
+
     #[test]
     fn blocks_of_384_keep_three_64_kb_rows_of_a_kernel_of_56_registers() {
         let device = h100();
@@ -1008,8 +1022,7 @@ pub(super) mod tests {
     fn cluster_blocks_reading_columns_halve_while_l1_holds_what_they_read() {
         let device = h100();
         // A kernel of 64 registers: one block of 1024 an SM, two of 512.
-        let by_blocks = by_registers(64);
-        let cluster = |cluster: u32, block, bytes| Ok(132 * by_blocks(block, bytes)? / cluster);
+        let (by_blocks, cluster) = (by_registers(64), clusters_by_registers(64));
         let occupancy = Occupancies { shared: &by_blocks, cluster: &cluster };
         let backward = |cols, column_bytes| Problem {
             cache_bytes_per_col: 4,
@@ -1034,8 +1047,7 @@ pub(super) mod tests {
     fn gathering_clusters_take_two_blocks_an_sm_where_threads_keep_two_packs() {
         let device = h100();
         // A gathering kernel of 64 registers: one block of 1024 an SM, two of 512.
-        let by_blocks = by_registers(64);
-        let cluster = |cluster: u32, block, bytes| Ok(132 * by_blocks(block, bytes)? / cluster);
+        let (by_blocks, cluster) = (by_registers(64), clusters_by_registers(64));
         let occupancy = Occupancies { shared: &by_blocks, cluster: &cluster };
         // LayerNorm's backward with its parameter gradients: x and dy cached, two f32 sums,
         // weight read in the passes.
@@ -1094,6 +1106,33 @@ pub(super) mod tests {
         let odd = Problem { cols: 65537, ..phased };
         assert_eq!(odd.slice_packs(4), part_packs(cluster_part_cols(65537, 8, 4), 8, false));
         assert_eq!(phased.slice_packs(4), 65536 / 8 / 4);
+    }
+
+    #[test]
+    fn gathering_clusters_over_rows_run_from_their_heads_take_two_blocks_an_sm_clusters_of_two_too() {
+        let device = h100();
+        // The f32 gathering kernels of phased rows take 72 registers: one block of 512 an
+        // SM, two of 384.
+        let (by_blocks, cluster) = (by_registers(72), clusters_by_registers(72));
+        let occupancy = Occupancies { shared: &by_blocks, cluster: &cluster };
+        let phased = |cols, sums: u32| Problem {
+            cache_bytes_per_col: 8,
+            gathered_bytes_per_col: 4 * sums,
+            passes_column_bytes: 4,
+            block_pack: 4,
+            ..problem(4096, cols, 1)
+        };
+        let cluster_of = |problem: Problem| match plan(&problem, &device, occupancy).unwrap().path {
+            Path::Cluster { cluster, block, .. } => (cluster, block),
+            path => panic!("{}: {path:?}", problem.cols),
+        };
+        // RMSNorm (one sum): the fewest blocks were two of 512 at 12345 and 32001 columns,
+        // and their sums fit the caches; rows run from their heads still take two an SM.
+        assert_eq!(cluster_of(phased(12345, 1)), (2, 384));
+        assert_eq!(cluster_of(phased(32001, 1)), (4, 384));
+        // LayerNorm (two sums): four blocks of 512 at 32001 and 50257, now eight of 384.
+        assert_eq!(cluster_of(phased(32001, 2)), (8, 384));
+        assert_eq!(cluster_of(phased(50257, 2)), (8, 384));
     }
 
     #[test]
