@@ -511,16 +511,16 @@ pub const CLUSTER_WAVES: u32 = 8;
 /// fewest blocks where none does, and where those are a cluster of two over aligned rows
 /// and the sums take no more shared memory than the cached rows
 /// ([`gathers_two_blocks_an_sm`], which has the figures of rows run from their heads).
-/// Measured on the H100 (aligned rows' norm
-/// backward with the parameter gradients, % of copy, 49152 rows to 32768 columns, else
-/// 4096): LayerNorm f32 at 32768 columns 78% on four blocks of 512 (one an SM), 83-84% on
-/// eight (two packs a thread), at 40960 73 -> 77%, at 65536 72 -> 80%; bf16 at 32768 58% on
-/// the second kernel, 66% on two blocks of 1024, 73-74% on four of 512, 58% on eight of 512
-/// (one pack a thread); bf16 at 24576 60% on the second kernel, 68% on four of 512 (1.5
-/// packs a thread), 71-72% on four of 384 (two); bf16 at 65536 56 -> 68%; RMSNorm bf16 at
-/// 65536 69 -> 77%, f32 at 40960 77 -> 79%. Clusters of two blocks of 1024 held their own
-/// against this rule's plans: RMSNorm f32 at 24576 and 32768 85-90% against 79-83%, bf16 at
-/// 32768 83% against 82%, f32 LayerNorm at 16384 85% against 83% and at 24576 80% both.
+/// Measured on the H100 (aligned rows' norm backward with the parameter gradients, % of
+/// copy, 49152 rows to 32768 columns, else 4096): LayerNorm f32 at 32768 columns 78% on
+/// four blocks of 512 (one an SM), 83-84% on eight (two packs a thread), at 40960 73 ->
+/// 77%, at 65536 72 -> 80%; bf16 at 32768 58% on the second kernel, 66% on two blocks of
+/// 1024, 73-74% on four of 512, 58% on eight of 512 (one pack a thread); bf16 at 24576 60%
+/// on the second kernel, 68% on four of 512 (1.5 packs a thread), 71-72% on four of 384
+/// (two); bf16 at 65536 56 -> 68%; RMSNorm bf16 at 65536 69 -> 77%, f32 at 40960 77 -> 79%.
+/// Clusters of two blocks of 1024 held their own against this rule's plans: RMSNorm f32 at
+/// 24576 and 32768 85-90% against 79-83%, bf16 at 32768 83% against 82%, f32 LayerNorm at
+/// 16384 85% against 83% and at 24576 80% both.
 fn cluster_plan(
     problem: &Problem,
     device: &DeviceInfo,
