@@ -209,9 +209,12 @@ impl Problem {
     /// part where the width is a multiple of the pack (the rows' arrays may start on 16
     /// bytes, run from their heads because a column array does not), else those after the
     /// longest head. Not every pack at other widths: one more pack of shared memory took
-    /// f32 LayerNorm at 4096 x 12345 from 70% of copy to 64% on the H100 (two blocks of
-    /// 98816 bytes an SM against 98784; likely a smaller share of the SM left to L1, which
-    /// holds the weight's columns).
+    /// f32 LayerNorm at 4096 x 12345 from 70% of copy to 64% on the H100, two blocks of
+    /// 98816 bytes an SM against 98784. Likely (not profiled): with their static and
+    /// reserved bytes two blocks of 98784 fit the 196 KB shared-memory configuration the
+    /// driver picks for cluster kernels (no carveout set), leaving L1 60 KB of the SM's
+    /// 256 for the weight's 49 KB, and two of 98816 do not, so they take the 228 KB one
+    /// and leave it 28.
     fn slice_packs(&self, cluster: u32) -> u64 {
         let (cols, pack) = (self.cols as u64, self.block_pack.max(1) as u64);
         if self.owns_parts() {
