@@ -482,6 +482,26 @@ pub const fn column_gather_stride(cols: u64) -> u64 {
     cols.next_multiple_of((PACK_BYTES / size_of::<f32>()) as u64)
 }
 
+/// Words of the run of a gathered sum's columns (shared memory, [`column_gather_bytes`])
+/// that starts at word `start` of `q` words whose first lies `shift` words past 16 bytes,
+/// where runs are the widest of 4, 2 and 1 words (at most `widest`) aligned to their bytes,
+/// taken in order; 0 where `start` is inside an earlier run. The kernels add a pack's terms
+/// to the sums of rows run from their heads so; a constant after inlining.
+pub const fn slab_run_words(shift: usize, start: usize, q: usize, widest: usize) -> usize {
+    let mut word = 0;
+    while word <= start {
+        let mut words = widest;
+        while words > 1 && (!(shift + word).is_multiple_of(words) || word + words > q) {
+            words /= 2;
+        }
+        if word == start {
+            return words;
+        }
+        word += words;
+    }
+    0
+}
+
 /// Warps per block of the column sums' stage 1 (the norms' parameter gradients), each lane
 /// owning one pack of columns.
 pub const COLUMN_SUM_WARPS: u32 = 8;

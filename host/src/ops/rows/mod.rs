@@ -553,7 +553,7 @@ fn shared_carveout(needed: u32, column_bytes: u32, capacity: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rill_kernels_gpu::abi::{RowShape, cluster_part_cols, part_edge_col, part_packs};
+    use rill_kernels_gpu::abi::{RowShape, cluster_part_cols, part_edge_col, part_packs, slab_run_words};
 
     #[test]
     fn carveout_leaves_room_for_column_data_but_not_at_the_blocks_cost() {
@@ -595,6 +595,29 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The runs in which the kernels add a pack's terms to the gathered sums of rows run
+    /// from their heads cover each of its words once, each aligned to its bytes.
+    #[test]
+    fn slab_runs_cover_a_pack_once_each_aligned_to_its_bytes() {
+        for q in [1usize, 4, 8] {
+            for shift in 0..4 {
+                for widest in [1usize, 4] {
+                    let mut covered = vec![0; q];
+                    for start in 0..q {
+                        let words = slab_run_words(shift, start, q, widest);
+                        assert!(words <= widest && start + words <= q, "{q} {shift} {widest} {start}");
+                        assert!((shift + start).is_multiple_of(words.max(1)), "{q} {shift} {widest} {start}");
+                        covered[start..start + words].iter_mut().for_each(|n| *n += 1);
+                    }
+                    assert!(covered.iter().all(|&n| n == 1), "{q} {shift} {widest}: {covered:?}");
+                }
+            }
+        }
+        // A pack of 8 words from one past 16 bytes: 1, 2, 4 and 1.
+        let runs: Vec<usize> = (0..8).map(|start| slab_run_words(1, start, 8, 4)).filter(|&w| w > 0).collect();
+        assert_eq!(runs, [1, 2, 4, 1]);
     }
 
     /// A cluster's blocks split each row into parts of whole packs of columns; each block

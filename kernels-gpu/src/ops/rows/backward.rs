@@ -10,7 +10,7 @@ use super::ClusterSplit;
 use super::{
     BlockSplit, HeldRowCache, RowSplit, Slice, WarpRows, block_packs_loaded, warp_load, warp_row_reduce, warp_store,
 };
-use crate::abi::{RowShape, column_gather_bytes, column_gather_stride};
+use crate::abi::{RowShape, column_gather_bytes, column_gather_stride, slab_run_words};
 use crate::arch::{
     SharedAddr, block_dim_x, dynamic_shared_addr, load_shared, store_shared, sync_threads, thread_idx_x,
     wait_async_copies,
@@ -172,28 +172,64 @@ impl ColumnSlab {
 
     /// Adds `term(k, j)` to group `group`'s sum `k` of column `col + j`, for the columns
     /// `col..col + Q`: 16 bytes an access where `aligned` (`col` a multiple of `Q`, and the
-    /// stride of 4 where `Q` is; a constant after inlining), else a word at a time.
+    /// stride of 4 where `Q` is; a constant after inlining); else, for packs of 4 or 8
+    /// (rows run from their heads, whose columns start `col - first` words past 16 bytes,
+    /// the same for every pack of a row), in runs of 1, 2 and 4 words aligned to their
+    /// widths ([`slab_run_words`]), one of four unrolled forms picked by that offset; else a
+    /// word at a time. A warp's word-at-a-time adds of packs of 8 meet 8-way bank conflicts
+    /// (its lanes' words 32 bytes apart); its runs meet those of a 16-byte access.
     ///
     /// # Safety
     /// The columns must be among the slab's, `group` below its groups, and no other thread
-    /// of the block add to this group's columns meanwhile.
+    /// of the block add to this group's columns meanwhile; where not `aligned`, the slab's
+    /// sums must start 16 bytes apart ([`column_gather_stride`]).
     #[inline(always)]
     unsafe fn add<const Q: usize>(&self, (group, col, aligned): (u32, u64, bool), term: impl Fn(usize, usize) -> f32) {
-        let per_access = if aligned && Q % 4 == 0 { 4 } else { 1 };
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            if aligned && Q % 4 == 0 {
+                self.add_runs::<Q, 0, 4>(group, col, term);
+            } else if Q % 4 != 0 {
+                self.add_runs::<Q, 0, 1>(group, col, term);
+            } else {
+                match (col - self.first) % 4 {
+                    0 => self.add_runs::<Q, 0, 4>(group, col, term),
+                    1 => self.add_runs::<Q, 1, 4>(group, col, term),
+                    2 => self.add_runs::<Q, 2, 4>(group, col, term),
+                    _ => self.add_runs::<Q, 3, 4>(group, col, term),
+                }
+            }
+        }
+    }
+
+    /// [`ColumnSlab::add`] for columns that start `SHIFT` words past 16 bytes, in runs of
+    /// at most `WIDEST` words ([`slab_run_words`]).
+    ///
+    /// # Safety
+    /// As [`ColumnSlab::add`]; `col - first` must be `SHIFT` past a multiple of 4 where
+    /// `WIDEST` is over 1.
+    #[inline(always)]
+    unsafe fn add_runs<const Q: usize, const SHIFT: usize, const WIDEST: usize>(
+        &self,
+        group: u32,
+        col: u64,
+        term: impl Fn(usize, usize) -> f32,
+    ) {
         unroll::<2>(|k| {
             if (k as u32) < self.sums {
                 unroll::<Q>(|start| {
-                    if start % per_access == 0 {
+                    let words = slab_run_words(SHIFT, start, Q, WIDEST);
+                    if words > 0 {
                         let at = self.at(group, k, col + start as u64);
-                        // SAFETY: the caller's columns, aligned to the access.
-                        let mut words = unsafe { load_shared(at, 4 * per_access) };
+                        // SAFETY: the caller's columns, the run aligned to its bytes.
+                        let mut run = unsafe { load_shared(at, 4 * words) };
                         unroll::<4>(|q| {
-                            if q < per_access {
-                                words[q] = (f32::from_bits(words[q]) + term(k, start + q)).to_bits();
+                            if q < words {
+                                run[q] = (f32::from_bits(run[q]) + term(k, start + q)).to_bits();
                             }
                         });
                         // SAFETY: as the load.
-                        unsafe { store_shared(at, 4 * per_access, words) };
+                        unsafe { store_shared(at, 4 * words, run) };
                     }
                 });
             }
