@@ -10,6 +10,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use rill_kernels_gpu::table::KernelKey;
 pub use rill_kernels_gpu::table::Module;
 
 /// PTX ISA of the other modules: 7.8 (CUDA 11.8), for the L1 eviction hints of the
@@ -41,6 +42,9 @@ pub enum BuildError {
     /// The nested build failed; its output was passed through.
     #[error("building PTX module `{module}` failed ({status}); the compiler output is above")]
     CargoFailed { module: String, status: std::process::ExitStatus },
+    /// The table caps the registers of a kernel the module's PTX does not export.
+    #[error("the PTX has no entry `{0}`, which the kernel table gives a register cap")]
+    NoEntry(&'static str),
     /// The build succeeded but left no PTX where expected.
     #[error("the build finished but wrote no PTX at {0}")]
     NoPtx(PathBuf),
@@ -99,10 +103,25 @@ impl PtxBuild {
         if !built.is_file() {
             return Err(BuildError::NoPtx(built));
         }
+        let ptx = std::fs::read_to_string(&built).map_err(|e| BuildError::Io(built.clone(), e))?;
+        let ptx = cap_registers(ptx, &KernelKey::register_caps(module))?;
         let dest = self.out_dir.join(format!("{}.ptx", module.name()));
-        std::fs::copy(&built, &dest).map_err(|e| BuildError::Io(dest.clone(), e))?;
+        std::fs::write(&dest, ptx).map_err(|e| BuildError::Io(dest.clone(), e))?;
         Ok(dest)
     }
+}
+
+/// `ptx` with `.maxnreg CAP` on each kernel of `caps` ([`KernelKey::register_cap`]): the
+/// directive goes between the entry's parameter list and its body, where the NVPTX backend
+/// writes none (rustc has no attribute for it).
+fn cap_registers(mut ptx: String, caps: &[(&'static str, u32)]) -> Result<String, BuildError> {
+    for &(symbol, cap) in caps {
+        let entry = ptx.find(&format!(".entry {symbol}(")).ok_or(BuildError::NoEntry(symbol))?;
+        let params_end = ptx[entry..].find("\n)").ok_or(BuildError::NoEntry(symbol))? + entry + 2;
+        let line_end = ptx[params_end..].find('\n').map_or(ptx.len(), |n| params_end + n);
+        ptx.insert_str(line_end, &format!("\n.maxnreg {cap}"));
+    }
+    Ok(ptx)
 }
 
 /// The PTX build of a user's kernel crate: a `no_std` crate that depends on the device
@@ -270,6 +289,25 @@ mod tests {
         modules.sort();
         declared_sorted.sort();
         assert_eq!(declared_sorted, modules, "kernels-gpu/Cargo.toml [features] against Module::ALL");
+    }
+
+    #[test]
+    fn register_caps_go_between_an_entrys_parameters_and_its_body() {
+        let ptx = ".visible .entry a(\n\t.param .u64 a_param_0\n)\n{\n\tret;\n}\n\
+                   .visible .entry b(\n\t.param .u64 b_param_0\n)  // @b\n{\n\tret;\n}\n";
+        let capped = cap_registers(ptx.to_string(), &[("b", 80)]).expect("b is exported");
+        assert_eq!(capped, ptx.replace(")  // @b\n", ")  // @b\n.maxnreg 80\n"));
+        assert!(matches!(cap_registers(ptx.to_string(), &[("c", 64)]), Err(BuildError::NoEntry("c"))));
+    }
+
+    /// The caps the table gives are on kernels of the module that holds them.
+    #[test]
+    fn capped_kernels_are_in_the_cluster_module() {
+        let caps = KernelKey::register_caps(Module::Cluster);
+        assert!(!caps.is_empty());
+        assert!(caps.iter().all(|(symbol, _)| symbol.starts_with("rill_norm_backward_params_cluster_phased_")));
+        let others = Module::ALL.iter().filter(|&&m| m != Module::Cluster);
+        assert!(others.flat_map(|&m| KernelKey::register_caps(m)).next().is_none());
     }
 
     #[test]

@@ -647,6 +647,51 @@ impl KernelKey {
         None
     }
 
+    /// The registers a thread of the kernel may take (`.maxnreg`, which the builder writes
+    /// into its PTX), where ptxas would give it more than lets its plans keep enough warps
+    /// resident. The norm backward gathering its parameter gradients on clusters from each
+    /// row's head took 96 registers in 16 bits and 75 in f32 (sm_90), so two blocks of 256
+    /// or 384 an SM, and waited on latency: as many instructions as the aligned kernel at 64
+    /// registers and 32 warps an SM, DRAM at 52% of its peak against 71% (Nsight Compute,
+    /// bf16 RMSNorm at 4096x32001 and 32768). Capped at 80 (16-bit, 0-4 bytes spilled) and
+    /// 64 (f32, none), blocks of 384 and 512 run two an SM: on the H100 at 4096 rows, 16-bit
+    /// `rms_norm_backward+params` from 53-55% of copy to 58-61 at 32001 and 50257, f32 from
+    /// 68-69 to 74-76 at 32001 and 131073 (docs/PERF.md). At 64 the 16-bit kernels spill
+    /// 92-108 bytes and gained at most a point.
+    pub const fn register_cap(self) -> Option<u32> {
+        match self {
+            KernelKey::Norm {
+                kind: NormKernelKind::BackwardParams,
+                path: RowPath::ClusterPhased,
+                dtypes: (x, ..),
+                ..
+            } => Some(if x.size() == 4 { 64 } else { 80 }),
+            _ => None,
+        }
+    }
+
+    /// The kernels of `module` with a [`KernelKey::register_cap`], as (symbol, cap). Only
+    /// the norms' row kernels take caps, so only they are listed from the table.
+    pub fn register_caps(module: Module) -> Vec<(&'static str, u32)> {
+        macro_rules! norm {
+            ($(($K:ident $k:ident $P:ident $p:ident $x:ident $y:ident $g:ident $pack:literal))*) => {
+                const NORM_KERNELS: &[KernelKey] = &[$(KernelKey::Norm {
+                    kind: NormKernelKind::$K,
+                    path: RowPath::$P,
+                    dtypes: (crate::dtype_of!($x), crate::dtype_of!($y), crate::dtype_of!($g)),
+                    pack: $pack,
+                }),*];
+            };
+        }
+        norm_kernels!(all norm);
+        NORM_KERNELS
+            .iter()
+            .copied()
+            .filter(|key| key.module() == module)
+            .filter_map(|key| Some((key.symbol()?, key.register_cap()?)))
+            .collect()
+    }
+
     /// The PTX module holding the kernel.
     pub const fn module(self) -> Module {
         match self {

@@ -141,6 +141,21 @@ fn entries(ptx: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The kernels the table caps carry their `.maxnreg` between their parameters and their
+/// body, and no other kernel carries one.
+#[test]
+fn register_caps_reach_the_ptx() {
+    for module in Module::ALL {
+        let caps = KernelKey::register_caps(module);
+        for (symbol, body) in kernels_of(module) {
+            let header = &body[..body.find("\n{").expect("a kernel has a body")];
+            let expected = caps.iter().find(|(capped, _)| *capped == symbol).map(|(_, cap)| format!(".maxnreg {cap}"));
+            let found = header.lines().find(|line| line.starts_with(".maxnreg")).map(str::to_string);
+            assert_eq!(found, expected, "{symbol}");
+        }
+    }
+}
+
 #[test]
 fn softmax_kernels_shuffle_use_16_byte_loads_and_no_local_memory() {
     let kernels = kernels_of(Module::Softmax);
