@@ -292,14 +292,20 @@ fn calls_a_function(body: &str) -> bool {
 }
 
 /// Whether `name` is a backward gathering the norms' parameter gradients; if so, checks
-/// that its sums, shared by a block, are added 16 bytes at a time (a word at a time on rows
-/// run from their heads, whose packs start at any column) and never atomically (the same
-/// bits every run).
+/// that its sums, shared by a block, are added 16 bytes at a time (in runs of 1, 2 and 4
+/// words aligned to their bytes on rows run from their heads, whose packs start at any
+/// column) and never atomically (the same bits every run).
 fn check_gathering(name: &str, body: &str) -> bool {
     let gathers = name.starts_with("rill_norm_backward_params_");
     if gathers {
-        let access = if name.contains("_phased_") { "st.shared.u32" } else { "st.shared.v4.u32" };
-        assert!(body.contains(access), "{name}: sums not added with {access}");
+        let accesses: &[&str] = if name.contains("_phased_") {
+            &["st.shared.u32", "st.shared.v2.u32", "st.shared.v4.u32"]
+        } else {
+            &["st.shared.v4.u32"]
+        };
+        for access in accesses {
+            assert!(body.contains(access), "{name}: sums not added with {access}");
+        }
         let atomic = body.contains("atom.") || body.contains("\tred.") || body.contains(" red.");
         assert!(!atomic, "{name}: atomic sums");
     }

@@ -451,8 +451,8 @@ pub fn gathered_bytes_per_col(sums: u32) -> u32 {
 /// 80%; 16-bit LayerNorm's, whose two f32 sums take twice the shared memory of its cached
 /// rows, at 52-66% on one block an SM, behind or level with the second kernel, and at
 /// 68-74% on two (24576 and 32768 columns, [`cluster_plan`]). Phased rows
-/// (4096 rows of 1025-50257 columns), whose packs' terms reach the sums a word at a time,
-/// against the second kernel: f32 RMSNorm +8 to +17 points of copy and LayerNorm +2 to +13,
+/// (4096 rows of 1025-50257 columns), whose packs' terms then reached the sums a word at a
+/// time (now in aligned runs of 1-4 words), against the second kernel: f32 RMSNorm +8 to +17 points of copy and LayerNorm +2 to +13,
 /// 16-bit RMSNorm -0.5 to +5, 16-bit LayerNorm -4 to -17, and -14 to -17 on clusters of two
 /// blocks an SM (32001-131073 columns; see docs/PERF.md).
 pub fn gathers_columns(problem: &Problem, sums: u32, phased: bool, device: &DeviceInfo) -> bool {
@@ -584,12 +584,13 @@ fn cluster_plan(
 /// Whether a cluster plan whose fewest blocks give `fewest` gathers its column sums on
 /// more than one block an SM instead ([`cluster_plan`]): rows run from their heads that
 /// gather, and aligned ones but for clusters of two whose sums take no more shared memory
-/// than the cached rows. Rows run from their heads add their packs' terms to the sums a
-/// word at a time, and gain even on clusters of two, whose blocks (72-114 registers a
-/// thread) are of 512 at most. Measured on the H100 (4096 rows, % of copy): f32 RMSNorm at
-/// 12345 columns from 60 on two blocks of 512 to 77-78 on two of 384, at 32001 from 63 to
-/// 66-68 on four of 384; f32 LayerNorm at 32001 and 50257 from 52-57 on four blocks of 512
-/// to 62-65 on eight of 384; bf16 RMSNorm at 32001 and 50257 from 47-49 to 51.
+/// than the cached rows. Rows run from their heads, whose packs' terms then reached the sums
+/// a word at a time, gained even on clusters of two, whose blocks (72-114 registers a
+/// thread, before [`rill_kernels_gpu::table::KernelKey::register_cap`]) were of 512 at
+/// most. Measured on the H100 (4096 rows, % of copy): f32 RMSNorm at 12345 columns from 60
+/// on two blocks of 512 to 77-78 on two of 384, at 32001 from 63 to 66-68 on four of 384;
+/// f32 LayerNorm at 32001 and 50257 from 52-57 on four blocks of 512 to 62-65 on eight of
+/// 384; bf16 RMSNorm at 32001 and 50257 from 47-49 to 51.
 fn gathers_two_blocks_an_sm(problem: &Problem, fewest: &Plan) -> bool {
     problem.gathered_bytes_per_col > 0
         && (problem.owns_parts() || fewest.cluster() > ROW_CLUSTER_SIZES[0] || !problem.sums_fit_caches())
@@ -1114,8 +1115,8 @@ pub(super) mod tests {
     #[test]
     fn gathering_clusters_over_rows_run_from_their_heads_take_two_blocks_an_sm_clusters_of_two_too() {
         let device = h100();
-        // The f32 gathering kernels of phased rows take 72 registers: one block of 512 an
-        // SM, two of 384.
+        // A kernel of 72 registers, as the f32 gathering kernel of phased rows took before
+        // its register cap: one block of 512 an SM, two of 384.
         let (by_blocks, cluster) = (by_registers(72), clusters_by_registers(72));
         let occupancy = Occupancies { shared: &by_blocks, cluster: &cluster };
         let phased = |cols, sums: u32| Problem {
