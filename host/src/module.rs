@@ -6,7 +6,7 @@ use cust::sys::{
     CUfunction, CUfunction_attribute, cuFuncGetAttribute, cuFuncSetAttribute,
     cuOccupancyMaxActiveBlocksPerMultiprocessor,
 };
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::collections::hash_map::Entry;
 use std::sync::{Mutex, PoisonError};
 

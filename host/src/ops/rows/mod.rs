@@ -12,13 +12,13 @@ use crate::module::{Attributes, Kernel, KernelKey};
 use crate::tensor::{Element, View};
 use dispatch::{Occupancies, Problem, RESERVED_SHARED_BYTES, WARP_MAX_COLS, gathered_bytes_per_col, plan};
 pub use dispatch::{Path, PathKind, Plan};
+use foldhash::HashMap;
 use rill_kernels_gpu::abi::DType;
 use rill_kernels_gpu::abi::{
     CLUSTER_STATIC_SHARED_BYTES, PACK_BYTES, ROW_STATIC_SHARED_BYTES, ROW_WARP_BLOCK_SIZE, RowArgs,
     column_gather_bytes, max_pack,
 };
 use rill_kernels_gpu::table::{NormKernelKind, RowPath, SoftmaxKind};
-use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 /// Rows and columns of a tensor normalized over its last axis.
