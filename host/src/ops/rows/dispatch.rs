@@ -450,11 +450,11 @@ pub fn gathered_bytes_per_col(sums: u32) -> u32 {
 /// columns): gathered on a cluster, f32 rows ran at 73-88% of copy and 16-bit RMSNorm's at
 /// 80%; 16-bit LayerNorm's, whose two f32 sums take twice the shared memory of its cached
 /// rows, at 52-66% on one block an SM, behind or level with the second kernel, and at
-/// 68-74% on two (24576 and 32768 columns, [`cluster_plan`]). Phased rows
-/// (4096 rows of 1025-50257 columns), whose packs' terms then reached the sums a word at a
-/// time (now in aligned runs of 1-4 words), against the second kernel: f32 RMSNorm +8 to +17 points of copy and LayerNorm +2 to +13,
-/// 16-bit RMSNorm -0.5 to +5, 16-bit LayerNorm -4 to -17, and -14 to -17 on clusters of two
-/// blocks an SM (32001-131073 columns; see docs/PERF.md).
+/// 68-74% on two (24576 and 32768 columns, [`cluster_plan`]). Phased rows (4096 rows of
+/// 1025-50257 columns), whose packs' terms then reached the sums a word at a time (now in
+/// aligned runs of 1-4 words), against the second kernel: f32 RMSNorm +8 to +17 points of
+/// copy and LayerNorm +2 to +13, 16-bit RMSNorm -0.5 to +5, 16-bit LayerNorm -4 to -17, and
+/// -14 to -17 on clusters of two blocks an SM (32001-131073 columns; see docs/PERF.md).
 pub fn gathers_columns(problem: &Problem, sums: u32, phased: bool, device: &DeviceInfo) -> bool {
     let (cols, sum_bytes) = (problem.cols as u64, gathered_bytes_per_col(sums));
     let gathering = Problem { gathered_bytes_per_col: sum_bytes, ..*problem };
