@@ -8,11 +8,12 @@ use crate::Stream;
 use crate::error::{Error, Result, invalid};
 use crate::launch::{LaunchConfig, launch};
 use crate::module::{Kernel, KernelKey};
-use crate::ops::{Span, check_disjoint};
+use crate::ops::{Span, Spans, check_disjoint};
 use crate::tensor::{AsView, AsViewMut, DType, Element, View};
 use rill_kernels_gpu::abi::{
     ELEMENTWISE_BLOCK_SIZE, ELEMENTWISE_MAX_INPUTS, ELEMENTWISE_PACKS_PER_THREAD, ElementwiseArgs, max_pack,
 };
+use smallvec::SmallVec;
 
 pub use rill_kernels_gpu::table::ElementwiseOp;
 
@@ -101,12 +102,13 @@ pub(crate) fn launch_over<I: Element, O: Element>(
         _ => None,
     };
     let names: [&str; ELEMENTWISE_MAX_INPUTS] = ["input 0", "input 1", "input 2"];
-    let reads: Vec<Span<'_>> = inputs.iter().zip(names).map(|(input, what)| Span::of(what, input)).collect();
+    let reads: Spans<'_> = inputs.iter().zip(names).map(|(input, what)| Span::of(what, input)).collect();
     check_disjoint(op, &reads, &[Span::of("the output", &output)], true)?;
     if output.is_empty() {
         return Ok(());
     }
-    let mut arrays: Vec<(u64, usize)> = inputs.iter().map(|v| (v.address(), I::DTYPE.size())).collect();
+    let mut arrays: SmallVec<[(u64, usize); ELEMENTWISE_MAX_INPUTS + 1]> =
+        inputs.iter().map(|v| (v.address(), I::DTYPE.size())).collect();
     arrays.push((output.address(), O::DTYPE.size()));
     let pack = choose_pack(max_pack(I::DTYPE.size(), O::DTYPE.size()), &arrays, broadcast_len);
 

@@ -11,6 +11,10 @@ pub mod norm_ladder;
 pub(crate) mod rows;
 pub mod softmax;
 
+/// The spans one call reads, or writes: inline, since rill's ops pass at most six, so a check
+/// costs no allocation.
+pub(crate) type Spans<'a> = smallvec::SmallVec<[Span<'a>; 6]>;
+
 /// A named byte range of device memory a call reads or writes.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Span<'a> {

@@ -40,8 +40,8 @@ const BACKWARD_WARP_MAX_COLS: usize = 512;
 const F32_FORWARD_WARP_MAX_COLS: usize = 640;
 use super::columns::{ColumnSumArgs, sum_chunks, sum_columns};
 use super::rows::dispatch::gathers_columns;
-use super::rows::{LibraryKernels, Prepared, RowCall, check_aligned, same_shape};
-use super::{Span, check_disjoint};
+use super::rows::{ColumnArrays, LibraryKernels, Prepared, RowCall, check_aligned, same_shape};
+use super::{Span, Spans, check_disjoint};
 use crate::Stream;
 use crate::error::{Error, Result, invalid};
 use crate::launch::{LaunchConfig, launch};
@@ -339,7 +339,7 @@ impl<'a, G: Element> NormParts<'a, G> {
     }
 
     /// Adds the memory these parts read (weight, bias) and write (mean, rstd).
-    fn spans(&self, reads: &mut Vec<Span<'static>>, writes: &mut Vec<Span<'static>>) {
+    fn spans(&self, reads: &mut Spans<'static>, writes: &mut Spans<'static>) {
         let Params { weight, bias } = &self.params;
         for (what, view) in [("the weight", weight), ("the bias", bias)] {
             reads.extend(view.as_ref().map(|v| Span::of(what, v)));
@@ -358,7 +358,7 @@ impl<'a, G: Element> NormParts<'a, G> {
         kind: NormKind,
         (rows, cols): (usize, usize),
         args: &mut NormArgs,
-        columns: &mut Vec<(u64, usize)>,
+        columns: &mut ColumnArrays,
     ) -> Result<u32> {
         let Params { weight, bias } = &self.params;
         if !(args.eps.is_finite() && args.eps >= 0.0) {
@@ -504,8 +504,8 @@ impl Norm {
         // The shared path caches x as its own dtype, as the call's default has it (a residual
         // sum is rounded to it).
         row.column_bytes = parts.fill(op, kind, (rows, cols), &mut row.args, &mut row.columns)?;
-        let mut reads = vec![Span::of("the input", &call.x)];
-        let mut writes = vec![Span::of("the output", &call.y)];
+        let mut reads = Spans::from_iter([Span::of("the input", &call.x)]);
+        let mut writes = Spans::from_iter([Span::of("the output", &call.y)]);
         if let Some((residual, sum)) = &call.residual {
             reads.push(Span::of("the residual", residual));
             writes.push(Span::of("the sum", sum));
@@ -639,10 +639,11 @@ impl Norm {
             rms: row.args.rms,
             ..NormParamGradArgs::default()
         };
-        let mut reads = vec![Span::of("the input", &call.x), Span::of("dy", &call.dy), Span::of("rstd", &call.rstd)];
+        let mut reads =
+            Spans::from_iter([Span::of("the input", &call.x), Span::of("dy", &call.dy), Span::of("rstd", &call.rstd)]);
         reads.extend(call.mean.as_ref().map(|m| Span::of("the mean", m)));
         reads.extend(weight.as_ref().map(|w| Span::of("the weight", w)));
-        let mut writes = vec![Span::of("dx", &call.dx)];
+        let mut writes = Spans::from_iter([Span::of("dx", &call.dx)]);
         for (what, grad) in [("dweight", &dweight), ("dbias", &dbias)] {
             writes.extend(grad.as_ref().map(|g| Span::of(what, g)));
         }

@@ -19,6 +19,7 @@ use rill_kernels_gpu::abi::{
     column_gather_bytes, max_pack,
 };
 use rill_kernels_gpu::table::{NormKernelKind, RowPath, SoftmaxKind};
+use smallvec::SmallVec;
 use std::sync::{Mutex, PoisonError};
 
 /// Rows and columns of a tensor normalized over its last axis.
@@ -195,6 +196,14 @@ impl RowPlans {
     }
 }
 
+/// (address, element bytes) of a row call's arrays, inline up to the six rill's own ops
+/// pass, so a call allocates nothing for them (a user's fused kernels with more spill to
+/// the heap).
+pub(crate) type RowArrays = SmallVec<[(u64, usize); 6]>;
+
+/// (address, element bytes) of a row call's per-column arrays: a norm's weight and bias.
+pub(crate) type ColumnArrays = SmallVec<[(u64, usize); 2]>;
+
 /// One launch of a row-wise kernel, before planning.
 pub(crate) struct RowCall<'a, A: RowArgs> {
     pub op: &'a str,
@@ -207,11 +216,11 @@ pub(crate) struct RowCall<'a, A: RowArgs> {
     pub problem: Problem,
     /// (address, element bytes) of every array read or written in packs along the row; the
     /// pack is the widest only if all are aligned to it (or to 16 bytes, for wider types).
-    pub arrays: Vec<(u64, usize)>,
+    pub arrays: RowArrays,
     /// (address, element bytes) of per-column arrays (a norm's weight and bias) read in packs
     /// beside the row's on the aligned plans; the phased kernels read them an element at a
     /// time, so their offset does not take part in the rows' phase.
-    pub columns: Vec<(u64, usize)>,
+    pub columns: ColumnArrays,
     /// Whether every array of `arrays` is read or written at the row being worked on (no
     /// broadcast arrays): then, where all share one offset from a 16-byte boundary, the
     /// block paths run any row in aligned packs from its head.
@@ -300,8 +309,8 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             kernels,
             widest,
             problem,
-            arrays: Vec::new(),
-            columns: Vec::new(),
+            arrays: RowArrays::new(),
+            columns: ColumnArrays::new(),
             phased: false,
             args,
             column_bytes: 0,
