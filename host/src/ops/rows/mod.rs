@@ -218,8 +218,9 @@ pub(crate) struct RowCall<'a, A: RowArgs> {
     /// pack is the widest only if all are aligned to it (or to 16 bytes, for wider types).
     pub arrays: RowArrays,
     /// (address, element bytes) of per-column arrays (a norm's weight and bias) read in packs
-    /// beside the row's on the aligned plans; the phased kernels read them an element at a
-    /// time, so their offset does not take part in the rows' phase.
+    /// beside the row's on the aligned plans; the phased kernels read them from aligned
+    /// shifted copies (16-bit rows) or an element at a time (f32 rows), so their offset does
+    /// not take part in the rows' phase.
     pub columns: ColumnArrays,
     /// Whether every array of `arrays` is read or written at the row being worked on (no
     /// broadcast arrays): then, where all share one offset from a 16-byte boundary, the
