@@ -148,10 +148,11 @@ fn run(gpu: Gpu, options: &Options) -> Result<(), Box<dyn Error>> {
     let info = gpu.info().clone();
     let (major, minor) = info.driver_api;
     let device = format!(
-        "{} ({} SMs, {} MB L2; driver for CUDA {major}.{minor})",
+        "{} ({} SMs, {} MB L2, DRAM {:.2} TB/s peak; driver for CUDA {major}.{minor})",
         info.name,
         info.multiprocessors,
-        info.l2_bytes >> 20
+        info.l2_bytes >> 20,
+        info.dram_bytes_per_second as f64 * 1e-12
     );
     println!("device: {device}");
     let mut bench = Bench::new(gpu, options.quick, options.filter.clone(), options.cols.clone())?;

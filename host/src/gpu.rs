@@ -21,6 +21,11 @@ pub struct DeviceInfo {
     /// Shared memory of one SM (carved out of the same storage as its L1 cache).
     pub max_shared_bytes_per_multiprocessor: u32,
     pub l2_bytes: u32,
+    /// The DRAM's peak bandwidth in bytes per second, from the memory clock and bus width
+    /// the driver reports (0 where it does not): with the SM count, how many bytes each SM
+    /// must keep in flight, which decides some row plans (the dispatcher's
+    /// `prefers_cluster`).
+    pub dram_bytes_per_second: u64,
     /// The CUDA version the installed driver supports (`cuDriverGetVersion`), e.g. (13, 0).
     pub driver_api: (u32, u32),
 }
@@ -63,6 +68,7 @@ impl Gpu {
             max_shared_bytes_per_block_optin: shared_memory_per_block_optin(device)?,
             max_shared_bytes_per_multiprocessor: attribute(DeviceAttribute::MaxSharedMemoryPerMultiprocessor)?,
             l2_bytes: attribute(DeviceAttribute::L2CacheSize)?,
+            dram_bytes_per_second: dram_bytes_per_second(device),
             driver_api: cust::CudaApiVersion::get()
                 .map(|v| (v.major() as u32, v.minor() as u32))
                 .during("cuDriverGetVersion")?,
@@ -89,6 +95,7 @@ impl Gpu {
     ///     max_shared_bytes_per_block_optin: 232_448,
     ///     max_shared_bytes_per_multiprocessor: 233_472,
     ///     l2_bytes: 52_428_800,
+    ///     dram_bytes_per_second: 3_352_320_000_000,
     ///     driver_api: (13, 0),
     /// };
     /// let gpu = rill::Gpu::offline(info);
@@ -374,6 +381,16 @@ impl Drop for RawEvent {
         // nothing to undo.
         unsafe { cust::sys::cuEventDestroy_v2(self.0) };
     }
+}
+
+/// The DRAM's peak bandwidth: two transfers a memory clock (kHz) over the bus (bits). 0
+/// where the driver does not report them (an attribute a driver may drop), which leaves
+/// the planner on its plans for the slower DRAM rather than failing to open the device.
+fn dram_bytes_per_second(device: Device) -> u64 {
+    let attribute = |attr| device.get_attribute(attr).map_or(0, |v| v.max(0) as u64);
+    let (clock_khz, bus_bits) =
+        (attribute(DeviceAttribute::MemoryClockRate), attribute(DeviceAttribute::GlobalMemoryBusWidth));
+    2 * clock_khz * 1000 * bus_bits / 8
 }
 
 /// `CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`, which cust's enum lacks.

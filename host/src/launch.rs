@@ -203,6 +203,7 @@ pub(crate) mod tests {
             max_shared_bytes_per_block_optin: 227 * 1024,
             max_shared_bytes_per_multiprocessor: 228 * 1024,
             l2_bytes: 50 << 20,
+            dram_bytes_per_second: 3_352_320_000_000,
             driver_api: (13, 0),
         }
     }

@@ -505,6 +505,7 @@ fn offline_h100() -> rill::Gpu {
         max_shared_bytes_per_block_optin: 232_448,
         max_shared_bytes_per_multiprocessor: 233_472,
         l2_bytes: 52_428_800,
+        dram_bytes_per_second: 3_352_320_000_000,
         driver_api: (13, 0),
     })
 }

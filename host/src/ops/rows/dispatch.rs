@@ -310,7 +310,7 @@ pub fn plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancies<'_>) 
         None if problem.reads_once => Ok(streaming_plan(problem, device)),
         None => Ok(match shared_plan(problem, device, occupancy.shared)? {
             Some((plan, resident)) if prefers_streaming(problem, &plan, resident) => uncached_plan(problem, device),
-            Some((plan, resident)) if prefers_cluster(problem, &plan, resident) => {
+            Some((plan, resident)) if prefers_cluster(problem, &plan, resident, device) => {
                 cluster_plan(problem, device, occupancy.cluster)?.unwrap_or(plan)
             }
             Some((plan, _)) => plan,
@@ -338,12 +338,26 @@ fn prefers_streaming(problem: &Problem, plan: &Plan, resident: u32) -> bool {
 
 /// Whether a shared-path `plan` whose passes read per-column data
 /// ([`Problem::passes_column_bytes`]), `resident` blocks an SM, loses to a cluster: one
-/// block an SM, on rows run from their heads. Measured on the H100 (16-bit norm backward,
-/// 4096 rows): at 32001 columns the shared path (one block of 128 KB an SM) ran at 66-67%
-/// of copy, a cluster of two 64 KB blocks at 75%; at 50257, 78% against 81%.
-fn prefers_cluster(problem: &Problem, plan: &Plan, resident: u32) -> bool {
-    problem.passes_column_bytes > 0 && plan.phased && resident == 1
+/// block an SM, on rows run from their heads, or on any rows where each SM's share of the
+/// DRAM's bandwidth passes [`FAST_DRAM_BYTES_PER_SM`] (a cluster's blocks share SMs, so
+/// one block's passes and weight reads overlap another's loads). Aligned rows that gather
+/// column sums keep their own plans ([`gathers_columns`], [`cluster_plan`]). Measured (norm
+/// backward, % of copy, 4096 rows unless noted): on the H100, 16-bit at 32001 columns, the
+/// shared path (one block of 128 KB an SM) 66-67, a cluster of two 64 KB blocks 75; at
+/// 50257, 78 against 81; aligned, 49152 x 32768 bf16, 95.2 against 91.8 (RMSNorm). On the
+/// H200, aligned: bf16 at 32768 73-78 against 83-84, at 40960 62-65 against 73, 49152 x
+/// 32768 75-78 against 88-90; f32 at 16384 78-79 against 87, at 24576 73 against 80-81.
+fn prefers_cluster(problem: &Problem, plan: &Plan, resident: u32, device: &DeviceInfo) -> bool {
+    let fast_dram = device.dram_bytes_per_second > FAST_DRAM_BYTES_PER_SM * device.multiprocessors as u64;
+    let aligned_rows_move = fast_dram && problem.gathered_bytes_per_col == 0;
+    problem.passes_column_bytes > 0 && resident == 1 && (plan.phased || aligned_rows_move)
 }
+
+/// DRAM bandwidth an SM (bytes per second) past which a lone block on the shared path
+/// cannot keep enough of its row's bytes in flight while its passes read per-column data
+/// ([`prefers_cluster`]): between the H100's 25 GB/s an SM (3.35 TB/s over 132 SMs), where
+/// the block kept up, and the H200's 37 (4.8 TB/s), where it did not.
+const FAST_DRAM_BYTES_PER_SM: u64 = 30_000_000_000;
 
 /// Fewest columns of a row read in packs (more than one element) that the warp path gives
 /// the 16-element tier rather than the 8-element one: from there a row spans at least 4
@@ -895,6 +909,25 @@ pub(super) mod tests {
         let weightless = Problem { passes_column_bytes: 0, ..backward(32001, 1, 8) };
         assert_eq!(plan(&weightless, &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
         assert_eq!(plan(&backward(8001, 1, 8), &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
+    }
+
+    #[test]
+    fn aligned_passes_reading_columns_split_rows_where_each_sm_moves_more_bytes() {
+        let h200 = DeviceInfo { dram_bytes_per_second: 4_800_000_000_000, ..h100() };
+        let backward = |cols| Problem { cache_bytes_per_col: 4, passes_column_bytes: 2, ..problem(4096, cols, 8) };
+        // Aligned 16-bit rows of 32768: 128 KB, one block an SM. A cluster on the H200, the
+        // shared path on the H100 and where the driver reports no DRAM bandwidth.
+        assert_eq!(plan(&backward(32768), &h200, OCCUPANCY).unwrap().kind(), PathKind::Cluster);
+        assert_eq!(plan(&backward(32768), &h100(), OCCUPANCY).unwrap().kind(), PathKind::Shared);
+        let unreported = DeviceInfo { dram_bytes_per_second: 0, ..h100() };
+        assert_eq!(plan(&backward(32768), &unreported, OCCUPANCY).unwrap().kind(), PathKind::Shared);
+        // Two blocks an SM, no per-column reads, or gathered column sums: as on the H100.
+        assert_eq!(plan(&backward(24576), &h200, OCCUPANCY).unwrap().kind(), PathKind::Shared);
+        let weightless = Problem { passes_column_bytes: 0, ..backward(32768) };
+        assert_eq!(plan(&weightless, &h200, OCCUPANCY).unwrap().kind(), PathKind::Shared);
+        // 16384 columns and their sums: 128 KB, one block an SM.
+        let gathering = Problem { gathered_bytes_per_col: 4, ..backward(16384) };
+        assert_eq!(plan(&gathering, &h200, OCCUPANCY).unwrap().kind(), PathKind::Shared);
     }
 
     #[test]
