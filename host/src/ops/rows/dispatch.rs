@@ -345,7 +345,7 @@ fn prefers_streaming(problem: &Problem, plan: &Plan, resident: u32) -> bool {
 /// backward, % of copy, 4096 rows unless noted): on the H100, 16-bit at 32001 columns, the
 /// shared path (one block of 128 KB an SM) 66-67, a cluster of two 64 KB blocks 75; at
 /// 50257, 78 against 81; aligned, 49152 x 32768 bf16, 95.2 against 91.8 (RMSNorm). On the
-/// H200, aligned: bf16 at 32768 73-78 against 83-84, at 40960 62-65 against 73, 49152 x
+/// H200, aligned: bf16 at 32768 72-78 against 83-84, at 40960 62-65 against 73, 49152 x
 /// 32768 75-78 against 88-90; f32 at 16384 78-79 against 87, at 24576 73 against 80-81.
 fn prefers_cluster(problem: &Problem, plan: &Plan, resident: u32, device: &DeviceInfo) -> bool {
     let fast_dram = device.dram_bytes_per_second > FAST_DRAM_BYTES_PER_SM * device.multiprocessors as u64;
