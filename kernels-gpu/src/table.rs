@@ -132,6 +132,20 @@ macro_rules! dtype_of {
     };
 }
 
+/// The key of a norm row kernel from its table tokens; also a pattern. One spelling for
+/// [`KernelKey::symbol`], which matches the keys, and [`KernelKey::register_caps`], which
+/// lists them.
+macro_rules! norm_key {
+    ($K:ident $P:ident $x:ident $y:ident $g:ident $pack:literal) => {
+        KernelKey::Norm {
+            kind: NormKernelKind::$K,
+            path: RowPath::$P,
+            dtypes: ($crate::dtype_of!($x), $crate::dtype_of!($y), $crate::dtype_of!($g)),
+            pack: $pack,
+        }
+    };
+}
+
 /// Declares a kind enum from a table's `(Variant name)` list, with each kind's name.
 macro_rules! declare_kinds {
     ($(#[$doc:meta])* $kind:ident [$(($variant:ident $name:ident))*]) => {
@@ -583,12 +597,9 @@ impl KernelKey {
         macro_rules! norm {
             ($(($K:ident $k:ident $P:ident $p:ident $x:ident $y:ident $g:ident $pack:literal))*) => {
                 match key {
-                    $(KernelKey::Norm {
-                        kind: NormKernelKind::$K,
-                        path: RowPath::$P,
-                        dtypes: (crate::dtype_of!($x), crate::dtype_of!($y), crate::dtype_of!($g)),
-                        pack: $pack,
-                    } => return Some(crate::kernel_symbol!(norm $k $p $x $y $g; p $pack)),)*
+                    $(norm_key!($K $P $x $y $g $pack) => {
+                        return Some(crate::kernel_symbol!(norm $k $p $x $y $g; p $pack));
+                    })*
                     _ => {}
                 }
             };
@@ -675,12 +686,7 @@ impl KernelKey {
     pub fn register_caps(module: Module) -> Vec<(&'static str, u32)> {
         macro_rules! norm {
             ($(($K:ident $k:ident $P:ident $p:ident $x:ident $y:ident $g:ident $pack:literal))*) => {
-                const NORM_KERNELS: &[KernelKey] = &[$(KernelKey::Norm {
-                    kind: NormKernelKind::$K,
-                    path: RowPath::$P,
-                    dtypes: (crate::dtype_of!($x), crate::dtype_of!($y), crate::dtype_of!($g)),
-                    pack: $pack,
-                }),*];
+                const NORM_KERNELS: &[KernelKey] = &[$(norm_key!($K $P $x $y $g $pack)),*];
             };
         }
         norm_kernels!(all norm);
