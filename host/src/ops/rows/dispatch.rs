@@ -313,6 +313,9 @@ pub fn plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancies<'_>) 
             Some((plan, resident)) if prefers_cluster(problem, &plan, resident, device) => {
                 cluster_plan(problem, device, occupancy.cluster)?.unwrap_or(plan)
             }
+            Some((plan, resident)) if prefers_fewer_blocks(problem, &plan, resident, device) => {
+                with_fewer_blocks(plan, device, occupancy.shared)?
+            }
             Some((plan, _)) => plan,
             None => cluster_plan(problem, device, occupancy.cluster)?.unwrap_or_else(|| uncached_plan(problem, device)),
         }),
@@ -348,9 +351,66 @@ fn prefers_streaming(problem: &Problem, plan: &Plan, resident: u32) -> bool {
 /// H200, aligned: bf16 at 32768 72-78 against 83-84, at 40960 62-65 against 73, 49152 x
 /// 32768 75-78 against 88-90; f32 at 16384 78-79 against 87, at 24576 73 against 80-81.
 fn prefers_cluster(problem: &Problem, plan: &Plan, resident: u32, device: &DeviceInfo) -> bool {
-    let fast_dram = device.dram_bytes_per_second > FAST_DRAM_BYTES_PER_SM * device.multiprocessors as u64;
-    let aligned_rows_move = fast_dram && problem.gathered_bytes_per_col == 0;
+    let aligned_rows_move = fast_dram(device) && problem.gathered_bytes_per_col == 0;
     problem.passes_column_bytes > 0 && resident == 1 && (plan.phased || aligned_rows_move)
+}
+
+/// Whether each SM's share of the DRAM's bandwidth passes [`FAST_DRAM_BYTES_PER_SM`].
+fn fast_dram(device: &DeviceInfo) -> bool {
+    device.dram_bytes_per_second > FAST_DRAM_BYTES_PER_SM * device.multiprocessors as u64
+}
+
+/// Whether a shared-path `plan`, `resident` blocks an SM, runs faster with at most
+/// [`FEWER_BLOCKS_RESIDENT`] of them: the aligned backward of a 16-bit norm with a weight
+/// (x and dy cached, 4 bytes a column; no gathered sums) at [`FEWER_BLOCKS_COLS`], where the
+/// DRAM is fast ([`fast_dram`]). Measured on the H200 (49152 rows, % of copy, the planner's
+/// 13 blocks of 128 an SM at 4096 columns and 16 at 2048, against 10): bf16
+/// `layer_norm_backward` 89.0 -> 96.5-97.1 at 4096 and 87.4 -> 92.2 at 2048,
+/// `rms_norm_backward` 91.3 -> 97.8-98.3 and 93.8 -> 95.4; f16 -1.5 to +1.2 (98.7 -> 97.2,
+/// 100.3 -> 99.2 at 4096); at 1024 columns (16 blocks) 10 lost 1-4 points, and at 8192
+/// (8 blocks of 256) the plan is already under the cap. Why bf16 gains and f16 does not
+/// (the same kernel but for the conversions, the same registers and bytes) is not known;
+/// the same caps left the softmax backward (no weight, no saved statistics) within a
+/// point at 101-104%, and the parameter gradients' gathering blocks lost 1-3 points.
+fn prefers_fewer_blocks(problem: &Problem, plan: &Plan, resident: u32, device: &DeviceInfo) -> bool {
+    let sixteen_bit_pair = problem.cache_bytes_per_col == 2 * size_of::<u16>() as u32;
+    fast_dram(device)
+        && problem.passes_column_bytes > 0
+        && problem.gathered_bytes_per_col == 0
+        && sixteen_bit_pair
+        && !plan.phased
+        && FEWER_BLOCKS_COLS.contains(&problem.cols)
+        && resident > FEWER_BLOCKS_RESIDENT
+}
+
+/// Most blocks an SM [`prefers_fewer_blocks`] keeps.
+const FEWER_BLOCKS_RESIDENT: u32 = 10;
+
+/// Row widths where [`prefers_fewer_blocks`] was measured to gain.
+const FEWER_BLOCKS_COLS: core::ops::RangeInclusive<usize> = 2048..=4096;
+
+/// Granularity in which the driver allots a block's shared memory (sm_80 and later).
+const SHARED_ALLOCATION_BYTES: u32 = 128;
+
+/// Shared-path `plan` with its dynamic shared memory padded until at most
+/// [`FEWER_BLOCKS_RESIDENT`] blocks fit an SM (the kernel uses only its cache's bytes), or
+/// `plan` unchanged where no padding gets there.
+fn with_fewer_blocks(plan: Plan, device: &DeviceInfo, occupancy: Occupancy<'_>) -> crate::Result<Plan> {
+    let Path::Shared { block, shared_bytes } = plan.path else {
+        return Ok(plan);
+    };
+    let per_block = device.max_shared_bytes_per_multiprocessor / (FEWER_BLOCKS_RESIDENT + 1) + 1;
+    let mut padded = per_block
+        .saturating_sub(ROW_STATIC_SHARED_BYTES + RESERVED_SHARED_BYTES)
+        .next_multiple_of(SHARED_ALLOCATION_BYTES)
+        .max(shared_bytes);
+    while occupancy(block, padded)? > FEWER_BLOCKS_RESIDENT {
+        padded += SHARED_ALLOCATION_BYTES;
+        if !fits_a_block(padded as u64, device) {
+            return Ok(plan);
+        }
+    }
+    Ok(Plan { path: Path::Shared { block, shared_bytes: padded }, ..plan })
 }
 
 /// DRAM bandwidth an SM (bytes per second) past which a lone block on the shared path
@@ -928,6 +988,40 @@ pub(super) mod tests {
         // 16384 columns and their sums: 128 KB, one block an SM.
         let gathering = Problem { gathered_bytes_per_col: 4, ..backward(16384) };
         assert_eq!(plan(&gathering, &h200, OCCUPANCY).unwrap().kind(), PathKind::Shared);
+    }
+
+    #[test]
+    fn sixteen_bit_norm_backward_rows_of_2048_to_4096_keep_fewer_blocks_where_each_sm_moves_more_bytes() {
+        let h200 = DeviceInfo { dram_bytes_per_second: 4_800_000_000_000, ..h100() };
+        let backward = |cols| Problem {
+            cache_bytes_per_col: 4,
+            passes_column_bytes: 2,
+            warp_max_cols: 512,
+            ..problem(49152, cols, 8)
+        };
+        for cols in [2048, 4096] {
+            let capped = plan(&backward(cols), &h200, OCCUPANCY).unwrap();
+            assert_eq!(capped.kind(), PathKind::Shared);
+            assert_eq!(capped.block(), 128);
+            assert_eq!(by_shared(128, capped.shared_bytes()).unwrap(), FEWER_BLOCKS_RESIDENT, "{cols}");
+            // The padding is the least that gets there, in the driver's allocation steps.
+            assert!(by_shared(128, capped.shared_bytes() - SHARED_ALLOCATION_BYTES).unwrap() <= 11);
+            let planned = plan(&backward(cols), &h100(), OCCUPANCY).unwrap();
+            assert_eq!(planned.shared_bytes(), cols as u32 * 4, "{cols}");
+            assert_eq!(Plan { path: planned.path, ..capped }, planned);
+        }
+        // Other widths, dtypes, gathered sums, no weight: the largest count, as on the H100.
+        let unchanged = [
+            backward(1024),
+            backward(8192),
+            Problem { cache_bytes_per_col: 8, ..backward(4096) },
+            Problem { gathered_bytes_per_col: 8, ..backward(4096) },
+            Problem { passes_column_bytes: 0, ..backward(4096) },
+        ];
+        for problem in unchanged {
+            let p = plan(&problem, &h200, OCCUPANCY).unwrap();
+            assert_eq!(p.shared_bytes() as u64, problem.block_bytes(problem.cols as u64), "{problem:?}");
+        }
     }
 
     #[test]
