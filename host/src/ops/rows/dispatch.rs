@@ -316,6 +316,10 @@ pub fn plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancies<'_>) 
             Some((plan, resident)) if prefers_fewer_blocks(problem, &plan, resident, device) => {
                 with_fewer_blocks(plan, device, occupancy.shared)?
             }
+            Some((plan, _)) if prefers_small_blocks(problem, &plan, device) => {
+                let grid = block_grid(problem.rows, SMALL_BLOCK, device);
+                Plan { path: Path::Shared { block: SMALL_BLOCK, shared_bytes: plan.shared_bytes() }, grid, ..plan }
+            }
             Some((plan, _)) => plan,
             None => cluster_plan(problem, device, occupancy.cluster)?.unwrap_or_else(|| uncached_plan(problem, device)),
         }),
@@ -360,28 +364,50 @@ fn fast_dram(device: &DeviceInfo) -> bool {
     device.dram_bytes_per_second > FAST_DRAM_BYTES_PER_SM * device.multiprocessors as u64
 }
 
-/// Whether a shared-path `plan`, `resident` blocks an SM, runs faster with at most
-/// [`FEWER_BLOCKS_RESIDENT`] of them: the aligned backward of a 16-bit norm with a weight
-/// (x and dy cached, 4 bytes a column; no gathered sums) at [`FEWER_BLOCKS_COLS`], where the
-/// DRAM is fast ([`fast_dram`]). Measured on the H200 (49152 rows, % of copy, the planner's
-/// 13 blocks of 128 an SM at 4096 columns and 16 at 2048, against 10): bf16
-/// `layer_norm_backward` 89.0 -> 96.5-97.1 at 4096 and 87.4 -> 92.2 at 2048,
-/// `rms_norm_backward` 91.3 -> 97.8-98.3 and 93.8 -> 95.4; f16 -1.5 to +1.2 (98.7 -> 97.2,
-/// 100.3 -> 99.2 at 4096); at 1024 columns (16 blocks) 10 lost 1-4 points, and at 8192
-/// (8 blocks of 256) the plan is already under the cap. Why bf16 gains and f16 does not
-/// (the same kernel but for the conversions, the same registers and bytes) is not known;
-/// the same caps left the softmax backward (no weight, no saved statistics) within a
-/// point at 101-104%, and the parameter gradients' gathering blocks lost 1-3 points.
-fn prefers_fewer_blocks(problem: &Problem, plan: &Plan, resident: u32, device: &DeviceInfo) -> bool {
-    let sixteen_bit_pair = problem.cache_bytes_per_col == 2 * size_of::<u16>() as u32;
+/// Whether a shared-path `plan` is the aligned backward of a 16-bit norm with a weight (x
+/// and dy cached, 4 bytes a column; no gathered sums) on a device whose DRAM is fast
+/// ([`fast_dram`]): the rows whose blocks [`prefers_fewer_blocks`] and
+/// [`prefers_small_blocks`] reshape.
+fn sixteen_bit_norm_backward(problem: &Problem, plan: &Plan, device: &DeviceInfo) -> bool {
     fast_dram(device)
         && problem.passes_column_bytes > 0
         && problem.gathered_bytes_per_col == 0
-        && sixteen_bit_pair
+        && problem.cache_bytes_per_col == 2 * size_of::<u16>() as u32
         && !plan.phased
+}
+
+/// Whether [`sixteen_bit_norm_backward`]'s `plan`, `resident` blocks an SM, runs faster
+/// with at most [`FEWER_BLOCKS_RESIDENT`] of them, at [`FEWER_BLOCKS_COLS`]. Measured on the
+/// H200 (49152 rows, % of copy, the planner's 13 blocks of 128 an SM at 4096 columns and 16
+/// at 2048, against 10): bf16 `layer_norm_backward` 89.0 -> 96.5-97.1 at 4096 and 87.4 ->
+/// 92.2 at 2048, `rms_norm_backward` 91.3 -> 97.8-98.3 and 93.8 -> 95.4; f16 -1.5 to +1.2
+/// (98.7 -> 97.2, 100.3 -> 99.2 at 4096); at 8192 (8 blocks of 256) the plan is already
+/// under the cap. Why bf16 gains and f16 does not (the same kernel but for the
+/// conversions, the same registers and bytes) is not known; the same caps left the
+/// softmax backward (no weight, no saved statistics) within a point at 101-104%, and the
+/// parameter gradients' gathering blocks lost 1-3 points.
+fn prefers_fewer_blocks(problem: &Problem, plan: &Plan, resident: u32, device: &DeviceInfo) -> bool {
+    sixteen_bit_norm_backward(problem, plan, device)
         && FEWER_BLOCKS_COLS.contains(&problem.cols)
         && resident > FEWER_BLOCKS_RESIDENT
 }
+
+/// Whether [`sixteen_bit_norm_backward`]'s `plan` runs faster on blocks of [`SMALL_BLOCK`]
+/// (two packs a thread at 1024 columns, 32 rows an SM in flight instead of 16), at up to
+/// [`SMALL_BLOCK_MAX_COLS`]. Measured on the H200 (49152 rows, % of copy, blocks of 128
+/// against 64): at 1024 columns bf16 `layer_norm_backward` 80.8 -> 85.3,
+/// `rms_norm_backward` 84.5 -> 92.8, f16 81.7 -> 89.8 and 86.3 -> 96.5; at 768 +3 to +7.5.
+/// The parameter gradients' gathering plans (+2 to +5.5 at 1024, -1 to -3 at 768) and f32
+/// (-2 to -6; its backward already at 101-103%) keep blocks of 128.
+fn prefers_small_blocks(problem: &Problem, plan: &Plan, device: &DeviceInfo) -> bool {
+    sixteen_bit_norm_backward(problem, plan, device) && problem.cols <= SMALL_BLOCK_MAX_COLS
+}
+
+/// The block of [`prefers_small_blocks`]: two warps.
+const SMALL_BLOCK: u32 = 64;
+
+/// Widest row [`prefers_small_blocks`] was measured on.
+const SMALL_BLOCK_MAX_COLS: usize = 1024;
 
 /// Most blocks an SM [`prefers_fewer_blocks`] keeps.
 const FEWER_BLOCKS_RESIDENT: u32 = 10;
@@ -991,7 +1017,7 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn sixteen_bit_norm_backward_rows_of_2048_to_4096_keep_fewer_blocks_where_each_sm_moves_more_bytes() {
+    fn sixteen_bit_norm_backward_rows_reshape_their_blocks_where_each_sm_moves_more_bytes() {
         let h200 = DeviceInfo { dram_bytes_per_second: 4_800_000_000_000, ..h100() };
         let backward = |cols| Problem {
             cache_bytes_per_col: 4,
@@ -1010,17 +1036,27 @@ pub(super) mod tests {
             assert_eq!(planned.shared_bytes(), cols as u32 * 4, "{cols}");
             assert_eq!(Plan { path: planned.path, ..capped }, planned);
         }
-        // Other widths, dtypes, gathered sums, no weight: the largest count, as on the H100.
+        // Up to 1024 columns: blocks of two warps, no padding.
+        for cols in [768, 1024] {
+            let small = plan(&backward(cols), &h200, OCCUPANCY).unwrap();
+            assert_eq!((small.kind(), small.block(), small.shared_bytes()), (PathKind::Shared, 64, cols as u32 * 4));
+            assert_eq!(plan(&backward(cols), &h100(), OCCUPANCY).unwrap().block(), 128);
+        }
+        // Other widths, f32, gathered sums, no weight: as on the H100.
         let unchanged = [
-            backward(1024),
             backward(8192),
+            Problem { cache_bytes_per_col: 8, ..backward(1024) },
             Problem { cache_bytes_per_col: 8, ..backward(4096) },
+            Problem { gathered_bytes_per_col: 8, ..backward(1024) },
             Problem { gathered_bytes_per_col: 8, ..backward(4096) },
             Problem { passes_column_bytes: 0, ..backward(4096) },
         ];
         for problem in unchanged {
-            let p = plan(&problem, &h200, OCCUPANCY).unwrap();
-            assert_eq!(p.shared_bytes() as u64, problem.block_bytes(problem.cols as u64), "{problem:?}");
+            assert_eq!(
+                plan(&problem, &h200, OCCUPANCY).unwrap(),
+                plan(&problem, &h100(), OCCUPANCY).unwrap(),
+                "{problem:?}"
+            );
         }
     }
 
