@@ -134,7 +134,8 @@ macro_rules! dtype_of {
 
 /// The key of a norm row kernel from its table tokens; also a pattern. One spelling for
 /// [`KernelKey::symbol`], which matches the keys, and [`KernelKey::register_caps`], which
-/// lists them.
+/// lists them (host side only, as both are).
+#[cfg(not(target_arch = "nvptx64"))]
 macro_rules! norm_key {
     ($K:ident $P:ident $x:ident $y:ident $g:ident $pack:literal) => {
         KernelKey::Norm {
