@@ -442,7 +442,9 @@ fn with_fewer_blocks(plan: Plan, device: &DeviceInfo, occupancy: Occupancy<'_>) 
 /// DRAM bandwidth an SM (bytes per second) past which a lone block on the shared path
 /// cannot keep enough of its row's bytes in flight while its passes read per-column data
 /// ([`prefers_cluster`]): between the H100's 25 GB/s an SM (3.35 TB/s over 132 SMs), where
-/// the block kept up, and the H200's 37 (4.8 TB/s), where it did not.
+/// the block kept up, and the H200's 37 (4.8 TB/s), where it did not. The 16-bit norm
+/// backward's block shapes ([`sixteen_bit_norm_backward`]) were measured on the H200 alone,
+/// so they take the same line.
 const FAST_DRAM_BYTES_PER_SM: u64 = 30_000_000_000;
 
 /// Fewest columns of a row read in packs (more than one element) that the warp path gives
