@@ -84,6 +84,9 @@ pub const fn max_pack(in_bytes: usize, out_bytes: usize) -> usize {
     PACK_BYTES / widest
 }
 
+/// Threads in a warp.
+pub const WARP_SIZE: u32 = 32;
+
 /// Threads per block of the row-wise ops' warp path (groups of `width` lanes, one or two
 /// rows each).
 pub const ROW_WARP_BLOCK_SIZE: u32 = 128;
@@ -139,6 +142,10 @@ pub struct RowShape {
     /// any width and offset in aligned packs: each row's packs start at its [`RowShape::head`],
     /// and the few elements outside them go one at a time. 0 where every row is aligned.
     pub phase: u32,
+    /// Rows past each row it starts whose lines the warp path's widest tier requests into
+    /// L2 (a wave of the resident warps' rows), so the warps that take those rows later wait
+    /// on L2, not DRAM; 0 where the plan requests none (the host's `rows_ahead`).
+    pub ahead: u64,
 }
 
 impl RowShape {

@@ -12,7 +12,7 @@ use rill_tests::reference::{
     cross_entropy_backward_magnitude_rows, cross_entropy_backward_rows, cross_entropy_rows, logsumexp_rows,
     softmax_backward_magnitude_rows, softmax_backward_rows, softmax_rows,
 };
-use rill_tests::shapes::{SOFTMAX_TEST_COLS, softmax_test_rows};
+use rill_tests::shapes::{AHEAD_TEST_SHAPES, SOFTMAX_TEST_COLS, softmax_test_rows};
 
 pub fn run(suite: &mut Suite) {
     for_dtype::<f32>(suite);
@@ -166,18 +166,18 @@ fn measured<T: Element>(got: &[T], want: &[f64], floor: impl Fn(usize) -> f64, p
 
 fn for_dtype<T: Element>(suite: &mut Suite) {
     let dtype = T::DTYPE.name();
-    for &cols in SOFTMAX_TEST_COLS {
-        for rows in softmax_test_rows(cols) {
-            // Forced paths on the smallest and largest row counts only (the fused ops' on the
-            // largest).
-            let plain = Op::PLAIN.map(|op| (op, rows != 2));
-            let fused = Op::FUSED.map(|op| (op, rows > 3));
-            for (op, forced) in plain.into_iter().chain(fused) {
-                let name = |path| format!("softmax/{}/{dtype}/[{rows}, {cols}]/{}", op.name(), path_name(path));
-                let ask = |suite: &Suite| op.ask::<T>(suite, rows, cols, [0; 3]);
-                for path in suite.paths(forced.then_some(Forced::All), name, ask) {
-                    op.case::<T>(suite, &name(path), softmax_on(path), rows, cols);
-                }
+    let swept = SOFTMAX_TEST_COLS.iter().flat_map(|&cols| softmax_test_rows(cols).map(|rows| (rows, cols)));
+    for (rows, cols) in swept.chain(AHEAD_TEST_SHAPES.iter().copied()) {
+        // Forced paths on the smallest and largest row counts of the sweep only (the fused
+        // ops' on the largest).
+        let largest = rows == softmax_test_rows(cols)[3];
+        let plain = Op::PLAIN.map(|op| (op, rows != 2 && (rows < 4 || largest)));
+        let fused = Op::FUSED.map(|op| (op, largest));
+        for (op, forced) in plain.into_iter().chain(fused) {
+            let name = |path| format!("softmax/{}/{dtype}/[{rows}, {cols}]/{}", op.name(), path_name(path));
+            let ask = |suite: &Suite| op.ask::<T>(suite, rows, cols, [0; 3]);
+            for path in suite.paths(forced.then_some(Forced::All), name, ask) {
+                op.case::<T>(suite, &name(path), softmax_on(path), rows, cols);
             }
         }
     }

@@ -25,6 +25,10 @@ pub fn softmax_test_rows(cols: usize) -> [usize; 4] {
     [1, 2, 3, ((1 << 21) / cols).clamp(4, 49152)]
 }
 
+/// Shapes whose rows outnumber a wave of the widest warp tier's resident rows (2640 on an
+/// H200), so the rows it requests ahead into L2 (`Plan::ahead`) are among those tested.
+pub const AHEAD_TEST_SHAPES: &[(usize, usize)] = &[(8192, 1000), (8192, 1024)];
+
 /// The benchmark sweep: 49152 rows of 32 to 32768 columns, and 4096 rows up to 262144.
 pub fn softmax_bench_shapes() -> Vec<(usize, usize)> {
     let mut shapes: Vec<(usize, usize)> = (5..=15).map(|p| (49152, 1 << p)).collect();

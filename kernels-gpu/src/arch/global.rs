@@ -102,6 +102,29 @@ vector_store!(
     reg64
 );
 
+/// Starts reading into L2 this thread's share of the 128-byte lines that `row` (`bytes` > 0
+/// bytes) touches, thread `thread` of the `threads` that share the row: lines `thread`,
+/// `thread + threads`, ..., each named by an address inside the row (the row's first byte
+/// for the line it starts in). A hint: nothing comes back and nothing waits for it, so a
+/// later read of the row waits on L2 rather than DRAM.
+///
+/// # Safety
+/// `row..row + bytes` must lie in an allocation of global memory.
+#[inline(always)]
+pub unsafe fn request_row_l2(row: GlobalAddr, bytes: u64, thread: u32, threads: u32) {
+    const LINE: u64 = 128;
+    let first_line = row.0 & !(LINE - 1);
+    let lines = (row.0 + bytes - first_line).div_ceil(LINE);
+    let mut line = thread as u64;
+    while line < lines {
+        let address = (first_line + line * LINE).max(row.0);
+        // SAFETY: `address` lies inside the row (the caller's allocation); the instruction
+        // writes nothing.
+        unsafe { asm!("prefetch.global.L2 [{a}];", a = in(reg64) address, options(readonly, nostack)) };
+        line += threads as u64;
+    }
+}
+
 /// Starts reading the line holding `base[index]` into L1 (`prefetch.L1`), so a read of it a
 /// little later hits there. A hint: nothing comes back and nothing waits for it. The address
 /// is computed inside the instruction's block: computed outside, it is the same value the

@@ -3,8 +3,7 @@
 use super::thread_idx_x;
 use core::arch::asm;
 
-/// Threads in a warp.
-pub const WARP_SIZE: u32 = 32;
+pub use crate::abi::WARP_SIZE;
 /// Member mask of a full warp.
 pub const FULL_MASK: u32 = 0xffff_ffff;
 

@@ -12,7 +12,8 @@ use crate::Error::Unsupported;
 use crate::launch::grid_stride_blocks;
 use rill_kernels_gpu::abi::{
     CLUSTER_STATIC_SHARED_BYTES, MAX_CLUSTER_BLOCKS, PACK_BYTES, ROW_CLUSTER_SIZES, ROW_STATIC_SHARED_BYTES,
-    ROW_WARP_BLOCK_SIZE, cluster_part_cols, column_gather_bytes, column_gather_stride, part_packs, rows_per_access,
+    ROW_WARP_BLOCK_SIZE, WARP_SIZE, cluster_part_cols, column_gather_bytes, column_gather_stride, part_packs,
+    rows_per_access,
 };
 use rill_kernels_gpu::table::RowPath;
 
@@ -69,6 +70,9 @@ pub struct Plan {
     /// boundary, all arrays by the same amount.
     pub phased: bool,
     pub grid: u32,
+    /// Rows past each row whose lines a warp requests into L2 (the planner's `rows_ahead`; 0
+    /// for none).
+    pub ahead: u64,
 }
 
 impl Plan {
@@ -134,7 +138,8 @@ impl Plan {
             }
         };
         let phased = if self.phased { " from each row's head" } else { "" };
-        format!("{path}, pack {}{phased}, grid {}", self.pack, self.grid)
+        let ahead = if self.ahead > 0 { format!(", rows {} ahead into L2", self.ahead) } else { String::new() };
+        format!("{path}, pack {}{phased}, grid {}{ahead}", self.pack, self.grid)
     }
 }
 
@@ -193,7 +198,7 @@ impl Problem {
     /// A block path's plan: in the block paths' pack, rows run from their heads where that
     /// is wider than every row allows.
     fn block_plan(&self, path: Path, grid: u32) -> Plan {
-        Plan { path, pack: self.block_pack, phased: self.block_phased(), grid }
+        Plan { path, pack: self.block_pack, phased: self.block_phased(), grid, ahead: 0 }
     }
 
     /// Whether a cluster's blocks each own a part of every row's columns (the kernels'
@@ -415,6 +420,48 @@ const FEWER_BLOCKS_RESIDENT: u32 = 10;
 /// Row widths where [`prefers_fewer_blocks`] was measured to gain.
 const FEWER_BLOCKS_COLS: core::ops::RangeInclusive<usize> = 2048..=4096;
 
+/// Rows ahead ([`RowShape::ahead`](rill_kernels_gpu::abi::RowShape::ahead)) whose lines
+/// the warp path's widest tier requests into L2 as it starts each row, for `plan` with
+/// `resident_blocks` blocks an SM: a wave of the resident warps' rows, for 16-bit rows
+/// with element outputs (the kernels compile the request for those alone), where the
+/// DRAM is fast ([`fast_dram`]), the kernel's registers keep at most [`AHEAD_MAX_WARPS`]
+/// warps an SM and a wave's rows take at most 1/[`AHEAD_L2_SHARE`] of L2; else 0. Each grid
+/// gives a warp one row, so without the request a row's loads wait on DRAM with only the
+/// resident rows in flight. Measured on the H200 (49152 rows, % of copy): bf16 and f16
+/// `softmax` and `log_softmax` at 1024 columns (92-94 registers, 20 warps an SM, a wave 5.4
+/// MB) 88.5 -> 97.3-97.9, the masked kind 78-79 -> 85-87, cross entropy's backward 78 ->
+/// 80.5. Where more warps fit, a knob's request did not pay (`layer_norm`, 28 warps: 87.7
+/// -> 88.1; `cross_entropy`, 32 warps: 78 -> 69), nor where a wave's rows took more of L2
+/// (f32 `log_softmax`, 10.8 MB: 97.9 -> 84.6; the softmax backward's two rows: 99 -> 97).
+/// The occupancy (`resident_blocks`) is asked only for such a plan on such a device.
+pub fn rows_ahead(
+    problem: &Problem,
+    plan: &Plan,
+    device: &DeviceInfo,
+    resident_blocks: impl FnOnce() -> crate::Result<u32>,
+) -> crate::Result<u64> {
+    let Path::Warp { width, elements } = plan.path else {
+        return Ok(0);
+    };
+    let sixteen_bit_elements = !problem.reads_once && problem.cache_bytes_per_col == size_of::<u16>() as u32;
+    if !fast_dram(device) || !sixteen_bit_elements || elements as usize != RowPath::Warp32.warp_elements() {
+        return Ok(0);
+    }
+    let warps = resident_blocks()? * (plan.block() / WARP_SIZE);
+    let wave =
+        (warps * device.multiprocessors) as u64 * (WARP_SIZE / width) as u64 * rows_per_access(elements as usize);
+    let wave_bytes = wave * (problem.cols * problem.cache_bytes_per_col as usize) as u64;
+    let fits = warps <= AHEAD_MAX_WARPS && wave_bytes <= device.l2_bytes as u64 / AHEAD_L2_SHARE;
+    Ok(if fits { wave } else { 0 })
+}
+
+/// Most warps an SM for which [`rows_ahead`] requests rows.
+const AHEAD_MAX_WARPS: u32 = 20;
+
+/// The share of L2 (its inverse) a wave of rows [`rows_ahead`] requests may take, so they
+/// are still there when their warps read them.
+const AHEAD_L2_SHARE: u64 = 8;
+
 /// Granularity in which the driver allots a block's shared memory (sm_80 and later).
 const SHARED_ALLOCATION_BYTES: u32 = 128;
 
@@ -493,6 +540,7 @@ fn warp_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
         pack: problem.pack,
         phased: false,
         grid: grid_stride_blocks(threads, ROW_WARP_BLOCK_SIZE, device),
+        ahead: 0,
     }
 }
 
@@ -1059,6 +1107,42 @@ pub(super) mod tests {
                 plan(&problem, &h100(), OCCUPANCY).unwrap(),
                 "{problem:?}"
             );
+        }
+    }
+
+    #[test]
+    fn the_widest_warp_tier_requests_a_wave_ahead_where_its_warps_are_few_and_the_wave_small() {
+        let h200 = DeviceInfo { dram_bytes_per_second: 4_800_000_000_000, ..h100() };
+        let planned = |cols, cache_bytes_per_col| {
+            let problem = Problem { cache_bytes_per_col, ..problem(49152, cols, 8) };
+            (problem, plan(&problem, &h200, OCCUPANCY).unwrap())
+        };
+        let not_asked = || -> crate::Result<u32> { unreachable!("occupancy asked") };
+        // 16-bit rows of 1024 columns, 5 blocks of 128 an SM (92-96 registers): a wave of the
+        // 20 warps an SM's rows, 5.4 MB, an eighth of L2 or less.
+        let (bf16, warp32) = planned(1024, 2);
+        assert_eq!(warp32.path, Path::Warp { width: 32, elements: 32 });
+        assert_eq!(rows_ahead(&bf16, &warp32, &h200, || Ok(5)).unwrap(), 5 * 4 * 132);
+        // More warps an SM hide the DRAM themselves (cross entropy's 62 registers: 8 blocks).
+        assert_eq!(rows_ahead(&bf16, &warp32, &h200, || Ok(6)).unwrap(), 0);
+        // The narrower tiers, the block paths, f32 rows, rows read once (no element outputs:
+        // their kernels hold no request) and the H100 request none, asking nothing.
+        let (narrow, warp16) = planned(256, 2);
+        assert_eq!(warp16.path, Path::Warp { width: 16, elements: 16 });
+        let (wide, shared) = planned(4096, 2);
+        assert_eq!(shared.kind(), PathKind::Shared);
+        let (f32_rows, f32_warp32) = planned(1024, 4);
+        assert_eq!(f32_warp32.path, warp32.path);
+        let once = Problem { reads_once: true, ..bf16 };
+        let cases = [
+            (narrow, warp16, &h200),
+            (wide, shared, &h200),
+            (f32_rows, f32_warp32, &h200),
+            (once, warp32, &h200),
+            (bf16, warp32, &h100()),
+        ];
+        for (problem, plan, device) in cases {
+            assert_eq!(rows_ahead(&problem, &plan, device, not_asked).unwrap(), 0, "{plan:?}");
         }
     }
 

@@ -12,13 +12,14 @@
 #[cfg(feature = "cluster")]
 use super::ClusterSplit;
 use super::{
-    BlockRow, BlockSplit, RowCache, RowSplit, Slice, WarpRows, block_packs, block_packs_loaded, warp_load,
-    warp_row_reduce, warp_store,
+    BlockRow, BlockSplit, RowCache, RowSplit, Slice, WarpRows, block_packs, block_packs_loaded, request_ahead,
+    warp_load, warp_row_reduce, warp_store,
 };
 use crate::abi::RowShape;
 use crate::arch::{dynamic_shared_addr, thread_idx_x, wait_async_copies};
 use crate::pack::{Load, LoadOne, Store, StoreOne};
 use crate::reduce::{Reduce, Sum};
+use crate::scalar::Scalar;
 use crate::table::RowPath;
 use crate::unroll::{unroll, unrolled_array};
 
@@ -413,6 +414,13 @@ where
                 }
             });
             let mut buf = warp_load::<L, P, E>(load, at, first, shape, O::Center::IDENTITY);
+            // After the row's own loads, so they leave first. Only where the planner may
+            // request rows (`rows_ahead`: the widest tier's 16-bit rows with element
+            // outputs): elsewhere the code alone cost registers (the f32 masked kind 80 ->
+            // 92, a block an SM fewer) or 1-3 points (cross entropy's loss, logsumexp).
+            if E == RowPath::Warp32.warp_elements() && O::ELEMENTS && <L::Exact as Scalar>::BYTES == 2 {
+                request_ahead(load, shape, first, at.lane, at.width);
+            }
             let center = if op.centers() {
                 warp_row_reduce::<O::Center, E>(|r, i| buf[r][i], at.width).map(|total| op.center(total))
             } else {

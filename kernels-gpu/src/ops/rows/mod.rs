@@ -14,7 +14,7 @@ use crate::abi::MAX_CLUSTER_BLOCKS;
 use crate::abi::{PACK_BYTES, RowShape, part_edge_col, rows_per_access};
 use crate::arch::{
     SharedAddr, WARP_SIZE, block_dim_x, block_idx_x, commit_async_copies, copy_async, grid_dim_x, load_global_nc,
-    load_shared, pinned, store_shared, thread_idx_x, wait_async_groups_but,
+    load_shared, pinned, request_row_l2, store_shared, thread_idx_x, wait_async_groups_but,
 };
 #[cfg(feature = "cluster")]
 use crate::arch::{
@@ -237,6 +237,29 @@ fn block_rows<const P: usize, const PHASED: bool>(
         f(BlockRow { row, head: head(row), next, prefetched });
         prefetched = next.is_some();
     });
+}
+
+/// Requests into L2 this thread's share (thread `thread` of the `threads` sharing `row`) of
+/// the row of `load`'s source [`RowShape::ahead`] rows past `row`, where the plan asks for
+/// it and that row exists: the warp that takes it later then waits on L2, not DRAM.
+///
+/// # Safety
+/// `load`'s source must hold `shape`'s rows.
+#[inline(always)]
+pub(crate) unsafe fn request_ahead<L: Load<P>, const P: usize>(
+    load: &L,
+    shape: &RowShape,
+    row: u64,
+    thread: u32,
+    threads: u32,
+) {
+    let ahead = row + shape.ahead;
+    if shape.ahead > 0 && ahead < shape.rows {
+        if let Some(view) = load.source() {
+            // SAFETY: the row is one of the view's (forwarded to the caller).
+            unsafe { request_row_l2(view.at(ahead, 0), shape.cols * L::Exact::BYTES as u64, thread, threads) }
+        }
+    }
 }
 
 /// Whether row `r` (0 or 1) of an access can exist for `E` elements per lane: known at
