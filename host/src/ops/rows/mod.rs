@@ -457,6 +457,11 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             }
             _ => 0,
         };
+        // The planned kernel with those sums' shared memory (none off the warp path): blocks
+        // an SM of `block` threads, for the gathering grid and the rows requested ahead.
+        let sums_attributes = Attributes { dynamic_shared: gathered_bytes, carveout: None };
+        let blocks_an_sm =
+            |block| gpu.modules().blocks_per_multiprocessor(kernel, (block, gathered_bytes), sums_attributes);
         if column_sums > 0 {
             // One wave of resident blocks (or clusters), a partial row each.
             let sms = gpu.info().multiprocessors;
@@ -465,11 +470,7 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
                     cluster(blocks, block, shared_bytes)?.max(1) * blocks
                 }
                 Path::Shared { block, shared_bytes } => shared(block, shared_bytes)?.max(1) * sms,
-                _ => {
-                    let attributes = Attributes { dynamic_shared: gathered_bytes, carveout: None };
-                    let per_sm = (plan.block(), gathered_bytes);
-                    gpu.modules().blocks_per_multiprocessor(kernel, per_sm, attributes)?.max(1) * sms
-                }
+                _ => blocks_an_sm(plan.block())?.max(1) * sms,
             };
             plan.grid = plan.grid.min(resident_blocks);
         }
@@ -483,15 +484,10 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             Path::Cluster { shared_bytes, .. } => Some(cluster_attributes(shared_bytes)),
             // Its gathered sums: the kernel's allowance may be another call's (an occupancy
             // answered from memory sets nothing).
-            Path::Warp { .. } if gathered_bytes > 0 => {
-                Some(Attributes { dynamic_shared: gathered_bytes, carveout: None })
-            }
+            Path::Warp { .. } if gathered_bytes > 0 => Some(sums_attributes),
             _ => None,
         };
-        plan.ahead = rows_ahead(&problem, &plan, gpu.info(), || {
-            let attributes = Attributes { dynamic_shared: gathered_bytes, carveout: None };
-            gpu.modules().blocks_per_multiprocessor(kernel, (plan.block(), gathered_bytes), attributes)
-        })?;
+        plan.ahead = rows_ahead(&problem, &plan, gpu.info(), || blocks_an_sm(plan.block()))?;
         let config = LaunchConfig {
             grid: plan.grid,
             block: plan.block(),
