@@ -13,7 +13,7 @@ use crate::launch::grid_stride_blocks;
 use rill_kernels_gpu::abi::{
     CLUSTER_STATIC_SHARED_BYTES, MAX_CLUSTER_BLOCKS, PACK_BYTES, ROW_CLUSTER_SIZES, ROW_STATIC_SHARED_BYTES,
     ROW_WARP_BLOCK_SIZE, WARP_SIZE, cluster_part_cols, column_gather_bytes, column_gather_stride, part_packs,
-    rows_per_access,
+    requests_rows_ahead, rows_per_access,
 };
 use rill_kernels_gpu::table::RowPath;
 
@@ -443,8 +443,9 @@ pub fn rows_ahead(
     let Path::Warp { width, elements } = plan.path else {
         return Ok(0);
     };
-    let sixteen_bit_elements = !problem.reads_once && problem.cache_bytes_per_col == size_of::<u16>() as u32;
-    if !fast_dram(device) || !sixteen_bit_elements || elements as usize != RowPath::Warp32.warp_elements() {
+    // A forward with element outputs caches its row alone: its bytes a column are its dtype's.
+    let requested = !problem.reads_once && requests_rows_ahead(elements as usize, problem.cache_bytes_per_col as usize);
+    if !fast_dram(device) || !requested {
         return Ok(0);
     }
     let warps = resident_blocks()? * (plan.block() / WARP_SIZE);

@@ -15,7 +15,7 @@ use super::{
     BlockRow, BlockSplit, RowCache, RowSplit, Slice, WarpRows, block_packs, block_packs_loaded, request_ahead,
     warp_load, warp_row_reduce, warp_store,
 };
-use crate::abi::RowShape;
+use crate::abi::{RowShape, requests_rows_ahead};
 use crate::arch::{dynamic_shared_addr, thread_idx_x, wait_async_copies};
 use crate::pack::{Load, LoadOne, Store, StoreOne};
 use crate::reduce::{Reduce, Sum};
@@ -415,10 +415,9 @@ where
             });
             let mut buf = warp_load::<L, P, E>(load, at, first, shape, O::Center::IDENTITY);
             // After the row's own loads, so they leave first. Only where the planner may
-            // request rows (`rows_ahead`: the widest tier's 16-bit rows with element
-            // outputs): elsewhere the code alone cost registers (the f32 masked kind 80 ->
+            // request rows: elsewhere the code alone cost registers (the f32 masked kind 80 ->
             // 92, a block an SM fewer) or 1-3 points (cross entropy's loss, logsumexp).
-            if E == RowPath::Warp32.warp_elements() && O::ELEMENTS && <L::Exact as Scalar>::BYTES == 2 {
+            if O::ELEMENTS && requests_rows_ahead(E, <L::Exact as Scalar>::BYTES) {
                 request_ahead(load, shape, first, at.lane, at.width);
             }
             let center = if op.centers() {
