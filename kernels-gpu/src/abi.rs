@@ -155,7 +155,16 @@ pub struct RowShape {
     /// L2 (a wave of the resident warps' rows), so the warps that take those rows later wait
     /// on L2, not DRAM; 0 where the plan requests none (the host's `rows_ahead`).
     pub ahead: u64,
+    /// Row caches a block keeps, used in turn ([`ROW_CACHE_STAGES`] or 1): with two, a
+    /// backward that gathers column sums on the shared path over aligned rows copies each
+    /// block's next row into one while it works on the row in the other (the host sizes
+    /// shared memory for them). 0 or 1 elsewhere: one cache, as every other kernel.
+    pub stages: u32,
 }
+
+/// Row caches a block of the gathering shared-path backward keeps where they fit
+/// ([`RowShape::stages`]).
+pub const ROW_CACHE_STAGES: u32 = 2;
 
 impl RowShape {
     /// Columns of `row` before its first element aligned to a pack of `pack` (a power of two).

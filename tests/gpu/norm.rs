@@ -103,6 +103,9 @@ pub fn run(suite: &mut Suite) {
     special_rows::<bf16>(suite);
     widest_gathering::<f32>(suite);
     widest_gathering::<bf16>(suite);
+    staged_gathering::<f32>(suite);
+    staged_gathering::<f16>(suite);
+    staged_gathering::<bf16>(suite);
     finite_differences(suite);
     bad_input(suite);
     // Last: it faulted before the parameter gradients skipped an absent dweight, and a
@@ -1042,6 +1045,29 @@ fn widest_gathering<T: Element>(suite: &mut Suite) {
             backward_case::<T, T>(suite, Spec::LAYER, at, Data::Mixed);
             backward_case::<T, T>(suite, Spec::RMS, at, Data::Mixed);
         }
+    }
+}
+
+/// The backward with its parameter gradients where the shared path stages its rows in two
+/// caches (`Plan::stages`: 16-bit rows at 1000-1024 columns, RMSNorm's at 16384, f32
+/// LayerNorm's at 8192) and beside those widths: rows enough for each block of the one-wave
+/// grid to work through several, staging each next row while it works on one, the last
+/// block's share shorter (row counts no grid divides); a few hundred rows (two or three a
+/// block where one block an SM fits) for the sanitizers; on the dispatcher's plans.
+fn staged_gathering<T: Element>(suite: &mut Suite) {
+    for (rows, cols) in [
+        (24593, 1000),
+        (16411, 1024),
+        (4099, 4096),
+        (2053, 8192),
+        (523, 16384),
+        (2701, 1024),
+        (301, 8192),
+        (301, 16384),
+    ] {
+        let at = At::new(rows, cols, None);
+        backward_case::<T, T>(suite, Spec::LAYER, at, Data::Mixed);
+        backward_case::<T, T>(suite, Spec::RMS, at, Data::Mixed);
     }
 }
 

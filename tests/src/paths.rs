@@ -71,7 +71,7 @@ mod tests {
     use rill::softmax::Path;
 
     fn plan(path: Path) -> rill::Result<Plan> {
-        Ok(Plan { path, pack: 4, phased: false, grid: 1, ahead: 0 })
+        Ok(Plan { path, pack: 4, phased: false, grid: 1, ahead: 0, stages: 1 })
     }
 
     /// A planner that chooses the shared path and refuses the warp and cluster paths.

@@ -872,7 +872,7 @@ mod tests {
                 })
                 .collect();
             for phase in 0..pack as u32 {
-                let shape = RowShape { rows: 0, cols, width: 0, phase, ahead: 0 };
+                let shape = RowShape { rows: 0, cols, width: 0, phase, ahead: 0, stages: 0 };
                 for row in 0..pack {
                     let head = shape.head(row, pack);
                     for k in 0..shape.aligned_packs(pack) {

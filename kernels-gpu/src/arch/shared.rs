@@ -46,6 +46,12 @@ impl SharedAddr {
     pub fn offset(self, bytes: u32) -> Self {
         SharedAddr(self.0 + bytes)
     }
+
+    /// Bytes from `start` up to this address (at or past it).
+    #[inline(always)]
+    pub fn bytes_past(self, start: SharedAddr) -> u32 {
+        self.0 - start.0
+    }
 }
 
 /// Start of the block's dynamic shared memory (sized by the launch), as a shared-window

@@ -135,7 +135,7 @@ mod device {
     #[unsafe(no_mangle)]
     pub unsafe extern "ptx-kernel" fn dequantize(args: Dequantize) {
         let Dequantize { arrays, rows, cols } = args;
-        let shape = RowShape { rows, cols, width: 0, phase: 0, ahead: 0 };
+        let shape = RowShape { rows, cols, width: 0, phase: 0, ahead: 0, stages: 0 };
         // SAFETY: as the function's contract.
         unsafe {
             let (load, store) = make::<{ RowPath::Uncached }>(&shape, &arrays);

@@ -385,6 +385,7 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
         shape.cols = self.problem.cols as u64;
         shape.phase = if plan.phased { phase.unwrap_or(0) } else { 0 };
         shape.ahead = plan.ahead;
+        shape.stages = plan.stages;
         if let Path::Warp { width, .. } = plan.path {
             shape.width = width;
         }
@@ -410,7 +411,7 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
         // SM's shared memory (the launch then leaves L1 what the blocks do not need).
         let first_carveout =
             if self.columns_before_blocks { shared_carveout(0, self.column_bytes, capacity) } else { 100 };
-        let block_kernel = |path| kernel_for(&Plan { path, pack: block_pack, phased, grid: 1, ahead: 0 });
+        let block_kernel = |path| kernel_for(&Plan { path, pack: block_pack, phased, grid: 1, ahead: 0, stages: 1 });
         let shared = |block: u32, bytes: u32| {
             let shared = block_kernel(Path::Shared { block, shared_bytes: bytes })?;
             let attributes =
@@ -584,7 +585,7 @@ mod tests {
         for pack in [1u64, 4, 8] {
             for phase in 0..pack as u32 {
                 for cols in [1u64, 2, 3, 7, 8, 9, 15, 16, 17, 33, 1000, 4097, 50257] {
-                    let shape = RowShape { rows: 0, cols, width: 0, phase, ahead: 0 };
+                    let shape = RowShape { rows: 0, cols, width: 0, phase, ahead: 0, stages: 0 };
                     assert!(shape.edges(pack) <= 2 * pack - 2, "{shape:?} pack {pack}");
                     if phase == 0 && cols.is_multiple_of(pack) {
                         assert_eq!(shape.edges(pack), 0);
@@ -641,7 +642,7 @@ mod tests {
         for pack in [1u64, 4, 8] {
             for phase in 0..pack as u32 {
                 for cols in [1u64, 7, 9, 17, 33, 1000, 4096, 4097, 32001, 50257] {
-                    let shape = RowShape { rows: 0, cols, width: 0, phase, ahead: 0 };
+                    let shape = RowShape { rows: 0, cols, width: 0, phase, ahead: 0, stages: 0 };
                     for ranks in [2u32, 3, 4, 8, 16] {
                         let each = cluster_part_cols(cols, pack, ranks);
                         assert!(each.is_multiple_of(pack) && each * ranks as u64 >= cols);
@@ -699,7 +700,7 @@ mod tests {
             column_bytes: 0,
             columns_before_blocks: false,
         };
-        let plan = Plan { path: Path::Uncached { block: 256 }, pack: 4, phased: false, grid: 1, ahead: 0 };
+        let plan = Plan { path: Path::Uncached { block: 256 }, pack: 4, phased: false, grid: 1, ahead: 0, stages: 1 };
         let kernel = Kernel { function: std::ptr::null_mut(), symbol: "softmax", max_threads_per_block: 1024 };
         let config = LaunchConfig { grid: 1, block: 256, shared_bytes: 0, cluster: 1 };
         let planned = Planned { plan, kernel, gathers: false, attributes: None, config };

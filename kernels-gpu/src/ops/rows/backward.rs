@@ -8,12 +8,13 @@
 #[cfg(feature = "cluster")]
 use super::ClusterSplit;
 use super::{
-    BlockSplit, HeldRowCache, RowSplit, Slice, WarpRows, block_packs_loaded, warp_load, warp_row_reduce, warp_store,
+    BlockRow, BlockSplit, HeldRowCache, RowSplit, Slice, WarpRows, block_packs_loaded, warp_load, warp_row_reduce,
+    warp_store,
 };
-use crate::abi::{RowShape, column_gather_bytes, column_gather_stride, slab_run_words};
+use crate::abi::{ROW_CACHE_STAGES, RowShape, column_gather_bytes, column_gather_stride, slab_run_words};
 use crate::arch::{
     SharedAddr, block_dim_x, dynamic_shared_addr, load_shared, store_shared, sync_threads, thread_idx_x,
-    wait_async_copies,
+    wait_async_copies, wait_async_groups_but,
 };
 use crate::pack::{Load, LoadOne, Store, StoreOne};
 use crate::reduce::{Sum, SumPair};
@@ -271,6 +272,14 @@ impl ColumnSlab {
     }
 }
 
+/// Whether a cached backward may stage its rows in two caches ([`RowShape::stages`]): where
+/// it gathers column sums from aligned rows on a block split that does not prefetch (the
+/// shared path, whose gathering grid is one wave of blocks, each working through many rows),
+/// holding no packs in registers.
+const fn stages_rows<C: ColumnGather, R: RowSplit, const PHASED: bool, const HELD: usize>() -> bool {
+    C::GATHERS && !PHASED && !R::PREFETCHES && HELD == 0
+}
+
 /// Whether each block owns its columns in every row ([`RowSplit::owned_slice`]): where `C`
 /// gathers column sums from `PHASED` rows, whose packs' columns move with each row's head.
 const fn owns_columns<C: ColumnGather, const PHASED: bool>() -> bool {
@@ -401,30 +410,67 @@ where
     /// thread takes the same packs of every row, so none shares them), the rest in the slab.
     /// Rows run from their heads whose column sums are gathered take each block's owned
     /// part ([`RowSplit::owned_slice`]), so its slab holds its own columns alone.
+    ///
+    /// A block that gathers over aligned rows works through many (its grid is one wave of
+    /// resident blocks), so where the launch gives it two caches ([`RowShape::stages`]) it
+    /// stages its rows ([`stages_rows`]): as it starts a row it copies the next into the
+    /// other cache, whose copies then overlap the row's passes and reductions, and waits
+    /// for the row's own alone.
     #[inline(always)]
     unsafe fn cached<R: RowSplit, const PHASED: bool, const HELD: usize, const SUMS_HELD: usize>(&self, split: &R) {
         let &BackwardRows { op, load_a, load_b, store, gather, shape } = self;
         let owns = owns_columns::<C, PHASED>();
         let slice = if owns { split.owned_slice::<P>(shape) } else { split.slice::<P>(shape) };
-        // The gathered sums, then a's cache, then b's.
+        // The gathered sums, then a's cache, then b's; where staged, a second pair of caches.
         let slab = ColumnSlab::new::<C, R, P, PHASED>(gather, split, shape, 1);
-        let cache_a = HeldRowCache::<LA::Exact, P, HELD>::new(slab.end(), slice);
-        let cache_b = HeldRowCache::<LB::Exact, P, HELD>::new(cache_a.end(), slice);
+        let staged = stages_rows::<C, R, PHASED, HELD>() && shape.stages >= ROW_CACHE_STAGES;
+        let stage_bytes = HeldRowCache::<LB::Exact, P, HELD>::new(
+            HeldRowCache::<LA::Exact, P, HELD>::new(slab.end(), slice).end(),
+            slice,
+        )
+        .end()
+        .bytes_past(slab.end());
+        let caches = |stage: u32| {
+            let cache_a = HeldRowCache::<LA::Exact, P, HELD>::new(slab.end().offset(stage * stage_bytes), slice);
+            let cache_b = HeldRowCache::<LB::Exact, P, HELD>::new(cache_a.end(), slice);
+            (cache_a, cache_b)
+        };
+        // Made once: a cache's held packs live in its registers across rows.
+        let stage_caches = (caches(0), caches(1));
+        let mut stage = 0;
         let mut held_sums = [[[0.0; P]; SUMS_HELD]; 2];
-        // SAFETY (block): the launch sizes shared memory for the slab and both caches; each
+        // SAFETY (block): the launch sizes shared memory for the slab and the caches; each
         // thread touches only its own packs' slots and columns, so no barrier is needed
         // beyond those in the reductions (which also order one row's gathering before the
-        // next's, whose columns may be another thread's where rows run from their heads).
+        // next's, whose columns may be another thread's where rows run from their heads). A
+        // staged row lands in the cache whose slots this thread last read for the row
+        // before, whose values it has used.
         unsafe {
             slab.clear::<C>();
-            split.rows::<P, PHASED>(shape, |at| {
+            split.rows::<P, PHASED>(shape, R::PREFETCHES || staged, |at| {
                 let row = at.row;
+                let (current, upcoming) = &stage_caches;
+                let ((cache_a, cache_b), (next_a, next_b)) =
+                    if staged && stage == 1 { (upcoming, current) } else { (current, upcoming) };
                 let col = if owns { slice.in_row(at).edge::<P, PHASED>() } else { split.edge::<P, PHASED>(shape, at) };
                 let edge = edge((load_a, load_b, gather), row, col);
-                // A split that prefetches holds one block an SM, so nothing else overlaps the
-                // wait for a row's copies: its first pass takes each pack as it lands.
-                if R::PREFETCHES {
-                    cache_a.fill_pair(load_a, &cache_b, load_b, at);
+                if staged {
+                    if !at.prefetched {
+                        cache_a.stage_pair(load_a, cache_b, load_b, at);
+                    }
+                    match at.next {
+                        Some((next, head)) => {
+                            let next = BlockRow { row: next, head, next: None, prefetched: false };
+                            next_a.stage_pair(load_a, next_b, load_b, next);
+                            wait_async_groups_but(1);
+                        }
+                        None => wait_async_copies(),
+                    }
+                    stage ^= 1;
+                } else if R::PREFETCHES {
+                    // A split that prefetches holds one block an SM, so nothing else overlaps
+                    // the wait for a row's copies: its first pass takes each pack as it lands.
+                    cache_a.fill_pair(load_a, cache_b, load_b, at);
                 } else {
                     cache_a.fill(load_a, at);
                     cache_b.fill(load_b, at);
@@ -438,7 +484,7 @@ where
                     add_terms(op, &mut sums, a, gather.scale(col, b));
                 };
                 if R::PREFETCHES {
-                    cache_a.landed_pairs(load_a, &cache_b, load_b, at, &mut first_pass);
+                    cache_a.landed_pairs(load_a, cache_b, load_b, at, &mut first_pass);
                 } else {
                     cache_a.packs(at, &mut first_pass);
                 }
@@ -455,8 +501,10 @@ where
                         _ => self.gather_pack(&slab, (0, col, !PHASED), a, b),
                     };
                     store.store(unrolled_array(|j| G::apply(grad, a[j], b[j])), row, col);
-                    cache_a.prefetch(load_a, at, pack);
-                    cache_b.prefetch(load_b, at, pack);
+                    if R::PREFETCHES {
+                        cache_a.prefetch(load_a, at, pack);
+                        cache_b.prefetch(load_b, at, pack);
+                    }
                 });
             });
             if C::GATHERS && !PHASED {
@@ -482,7 +530,7 @@ where
         // within a row (the reductions' barriers order rows).
         unsafe {
             slab.clear::<C>();
-            BlockSplit.rows::<P, PHASED>(shape, |at| {
+            BlockSplit.rows::<P, PHASED>(shape, false, |at| {
                 let (row, slice) = (at.row, slice.in_row(at));
                 let edge = edge((load_a, load_b, gather), row, BlockSplit.edge::<P, PHASED>(shape, at));
                 let fetch = |col| (load_a.fetch(row, col), load_b.fetch(row, col));

@@ -468,7 +468,7 @@ where
         // SAFETY (block): the launch sizes shared memory for the cache; each thread touches only
         // its own packs' slots, so no barrier is needed beyond those in the reductions. Edges
         // are elements of the row.
-        split.rows::<P, PHASED>(shape, |at| unsafe {
+        split.rows::<P, PHASED>(shape, R::PREFETCHES, |at| unsafe {
             let (row, slice) = (at.row, slice.in_row(at));
             let edge = split.edge::<P, PHASED>(shape, at).map(|col| (col, load.load_one(row, col)));
             let store = outputs.row(row);
@@ -509,7 +509,7 @@ where
         let &ForwardRows { op, load, outputs, shape } = self;
         let slice = split.slice::<P>(shape);
         // SAFETY (block): every column visited is a pack or an edge element inside the row.
-        split.rows::<P, PHASED>(shape, |at| unsafe {
+        split.rows::<P, PHASED>(shape, R::PREFETCHES, |at| unsafe {
             let (row, slice) = (at.row, slice.in_row(at));
             let edge = split.edge::<P, PHASED>(shape, at).map(|col| (col, load.load_one(row, col)));
             op.prefetch_row(row);

@@ -474,7 +474,9 @@ pub(crate) trait RowSplit {
     /// row's aligned packs of `P` start at its head. Otherwise (the norms, whose per-column
     /// gamma and beta need every row aligned) all start at column 0, known at compile time:
     /// measured, a head computed for aligned rows cost the norm kernels 7-16 registers.
-    fn rows<const P: usize, const PHASED: bool>(&self, shape: &RowShape, f: impl FnMut(BlockRow));
+    /// Where `ahead`, each row learns its successor (and is marked as requested by the row
+    /// before): the split prefetches ([`RowSplit::PREFETCHES`]) or the caller stages rows.
+    fn rows<const P: usize, const PHASED: bool>(&self, shape: &RowShape, ahead: bool, f: impl FnMut(BlockRow));
 
     /// The aligned packs of a row this block handles.
     fn slice<const P: usize>(&self, shape: &RowShape) -> Slice;
@@ -523,8 +525,8 @@ impl RowSplit for BlockSplit {
     const PREFETCHES: bool = false;
 
     #[inline(always)]
-    fn rows<const P: usize, const PHASED: bool>(&self, shape: &RowShape, f: impl FnMut(BlockRow)) {
-        block_rows::<P, PHASED>(shape, block_idx_x() as u64, grid_dim_x() as u64, Self::PREFETCHES, f);
+    fn rows<const P: usize, const PHASED: bool>(&self, shape: &RowShape, ahead: bool, f: impl FnMut(BlockRow)) {
+        block_rows::<P, PHASED>(shape, block_idx_x() as u64, grid_dim_x() as u64, ahead, f);
     }
 
     #[inline(always)]
@@ -621,8 +623,8 @@ impl RowSplit for ClusterSplit {
     const PREFETCHES: bool = true;
 
     #[inline(always)]
-    fn rows<const P: usize, const PHASED: bool>(&self, shape: &RowShape, f: impl FnMut(BlockRow)) {
-        block_rows::<P, PHASED>(shape, cluster_id() as u64, clusters() as u64, Self::PREFETCHES, f);
+    fn rows<const P: usize, const PHASED: bool>(&self, shape: &RowShape, ahead: bool, f: impl FnMut(BlockRow)) {
+        block_rows::<P, PHASED>(shape, cluster_id() as u64, clusters() as u64, ahead, f);
     }
 
     #[inline(always)]
@@ -850,6 +852,24 @@ impl<C: Scalar, const P: usize> RowCache<C, P> {
         other_load: &M,
         at: BlockRow,
     ) {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.copy_pair(load, other, other_load, at, true) };
+    }
+
+    /// [`RowCache::fill_pair`]'s copies: each pack's of each array a group of its own where
+    /// `group_per_pack` (a constant after inlining), else left in the open group.
+    ///
+    /// # Safety
+    /// As [`RowCache::fill`], for both caches.
+    #[inline(always)]
+    unsafe fn copy_pair<L: Load<P, Exact = C>, D: Scalar, M: Load<P, Exact = D>>(
+        &self,
+        load: &L,
+        other: &RowCache<D, P>,
+        other_load: &M,
+        at: BlockRow,
+        group_per_pack: bool,
+    ) {
         match (load.source(), other_load.source()) {
             (Some(view), Some(other_view)) if self.copies(load) && other.copies(other_load) => {
                 if self.requested(load, at) {
@@ -858,8 +878,14 @@ impl<C: Scalar, const P: usize> RowCache<C, P> {
                 let row = at.row;
                 // SAFETY: the pack is inside the row and both caches.
                 block_packs::<P>(self.slice.in_row(at), |local, col| unsafe {
-                    self.copy_pack(load, view, row, col, local);
-                    other.copy_pack(other_load, other_view, row, col, local);
+                    self.start_copy(load, view, row, col, local);
+                    if group_per_pack {
+                        commit_async_copies();
+                    }
+                    other.start_copy(other_load, other_view, row, col, local);
+                    if group_per_pack {
+                        commit_async_copies();
+                    }
                 });
             }
             // SAFETY: forwarded to the caller.
@@ -878,10 +904,43 @@ impl<C: Scalar, const P: usize> RowCache<C, P> {
     /// The pack must be inside the row and the cache.
     #[inline(always)]
     unsafe fn copy_pack<L: Load<P, Exact = C>>(&self, load: &L, view: RowMajor<C>, row: u64, col: u64, local: u64) {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.start_copy(load, view, row, col, local) };
+        commit_async_copies();
+    }
+
+    /// Starts copying pack `local` of the cache from `view` at `col` of `row` where `load`
+    /// reads it, in the group of copies still open.
+    ///
+    /// # Safety
+    /// As [`RowCache::copy_pack`].
+    #[inline(always)]
+    unsafe fn start_copy<L: Load<P, Exact = C>>(&self, load: &L, view: RowMajor<C>, row: u64, col: u64, local: u64) {
         if load.reads(row, col) {
             // SAFETY: forwarded to the caller; a source's pack is one access, aligned to its size.
             unsafe { copy_async(self.at(local, 0), view.at(row, col), Self::ACCESS) };
         }
+    }
+
+    /// Caches this thread's packs of `at.row` into this cache and `other` (of the same
+    /// slice) as [`RowCache::fill_pair`] does, but as one group of copies committed after
+    /// the last, so that [`wait_async_groups_but`]`(1)` waits for an earlier row's group
+    /// while this one is still in flight (a staged row: see `BackwardRows::cached`). Caches
+    /// that do not copy are filled before this returns; their group is empty.
+    ///
+    /// # Safety
+    /// As [`RowCache::fill`], for both caches.
+    #[inline(always)]
+    unsafe fn stage_pair<L: Load<P, Exact = C>, D: Scalar, M: Load<P, Exact = D>>(
+        &self,
+        load: &L,
+        other: &RowCache<D, P>,
+        other_load: &M,
+        at: BlockRow,
+    ) {
+        // SAFETY: forwarded to the caller; the row is copied even where the one before
+        // requested it (a staged row's successor is marked so by the row walk).
+        unsafe { self.copy_pair(load, other, other_load, BlockRow { prefetched: false, ..at }, false) };
         commit_async_copies();
     }
 
@@ -1140,6 +1199,25 @@ impl<C: Scalar, const P: usize, const HELD: usize> HeldRowCache<C, P, HELD> {
         other.hold_row(other_load, at);
         // SAFETY: forwarded to the caller.
         unsafe { self.shared.fill_pair(load, &other.shared, other_load, at) };
+    }
+
+    /// Caches this thread's packs of `at.row` into this cache and `other` as one group of
+    /// copies ([`RowCache::stage_pair`]), its shared part alone.
+    ///
+    /// # Safety
+    /// As [`RowCache::fill`], for both caches (`other` of the same slice); the caches must
+    /// hold no packs in registers (`HELD` 0), whose registers would take the staged row
+    /// over the one in use.
+    #[inline(always)]
+    pub(crate) unsafe fn stage_pair<L: Load<P, Exact = C>, D: Scalar, M: Load<P, Exact = D>>(
+        &self,
+        load: &L,
+        other: &HeldRowCache<D, P, HELD>,
+        other_load: &M,
+        at: BlockRow,
+    ) {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.shared.stage_pair(load, &other.shared, other_load, at) };
     }
 
     /// As [`HeldRowCache::packs`] over a row filled or prefetched through this cache and
