@@ -1,13 +1,16 @@
 """PyTorch's relu(bn(x)) and relu(bn(x) + addend) in training, eager and under torch.compile,
 at rill-bench's BatchNorm shapes, forward and forward + backward.
 
-Timed as the peers table in docs/PERF.md is: triton's do_bench (CUDA events, L2 flushed
+Timed as rows.py times the row ops' peers: triton's do_bench (CUDA events, L2 flushed
 between runs, median). Run it on the GPU machine in the same session as rill-bench:
 
-    python3 benches/peers/batch_norm.py --json peers.json [--rill target/bench/bench.json]
+    python3 benches/peers/batch_norm.py --json peers.json [--rill target/bench/bench.json [--run RUN.json]]
 
-With --rill, prints the Markdown table of rill's times against the peers' (the ratios are
-peer time over rill time: above 1 means rill is faster).
+With --rill (a rill-bench record file), prints the Markdown table of rill's times against
+the peers' (the ratios are peer time over rill time: above 1 means rill is faster), and with
+--run writes rill's BatchNorm records and the peers' as one run that `rill-bench --from-json`
+reports: each peer charged rill's bytes for the same op, dtype and shape, the peers'
+versions in the run's header.
 """
 
 import argparse
@@ -15,6 +18,7 @@ import json
 
 import torch
 import torch.nn.functional as F
+import triton
 from triton.testing import do_bench
 
 # (shape as stored, dtype, channels_last): the shape is (N, C, L...) channels-first and
@@ -75,6 +79,39 @@ def record(op, dtype, shape, peer, millis):
     return {"op": op, "dtype": dtype, "shape": str(shape), "path": peer, "micros": 1e3 * millis}
 
 
+def rill_run(path):
+    """The header and records of the newest run in a rill-bench record file: one run
+    ({"run", "records"}), several ({"runs": [...]}), or a bare array of records."""
+    with open(path) as f:
+        doc = json.load(f)
+    if isinstance(doc, list):
+        return {}, doc
+    run = doc["runs"][-1] if "runs" in doc else doc
+    return run.get("run", {}), run["records"]
+
+
+def as_run(header, rill, peers):
+    """rill's records that a peer measured (with their copies) and the peers' records, charged
+    rill's bytes and its copy: one run with the peers' versions in its header."""
+    key = lambda r: (r["op"], r["dtype"], r["shape"])
+    mine = {key(r): r for r in rill if r["op"] != "copy" and r.get("implementation", "rill") == "rill"}
+    records = []
+    for p in peers:
+        r = mine.get(key(p))
+        if r is None:
+            continue
+        scale = r["micros"] / p["micros"]
+        records.append({
+            "op": p["op"], "dtype": p["dtype"], "shape": p["shape"], "path": "-", "micros": round(p["micros"], 3),
+            "gbps": round(r["gbps"] * scale, 1), "of_copy": round(r["of_copy"] * scale, 4), "implementation": p["path"],
+        })
+    measured = {key(p) for p in records}
+    shapes = {(d, s) for (_, d, s) in measured}
+    kept = [r for r in rill if key(r) in measured or (r["op"] == "copy" and (r["dtype"], r["shape"]) in shapes)]
+    header = dict(header, peers={"torch": torch.__version__, "triton": triton.__version__})
+    return {"run": header, "records": kept + records}
+
+
 def table(rill, peers):
     """Markdown: per rill BatchNorm record with peers, the times and ratios."""
     key = lambda r: (r["op"], r["dtype"], r["shape"])
@@ -97,7 +134,8 @@ def table(rill, peers):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", help="where the peers' records are written")
-    parser.add_argument("--rill", help="rill-bench's records of the same run, to compare with")
+    parser.add_argument("--rill", help="rill-bench's record file of the same session, to compare with")
+    parser.add_argument("--run", help="with --rill, where rill's records and the peers' are written as one run")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device: nothing measured")
@@ -107,8 +145,11 @@ def main():
         with open(args.json, "w") as out:
             json.dump(records, out, indent=1)
     if args.rill:
-        with open(args.rill) as rill:
-            print(table(json.load(rill), records))
+        header, rill = rill_run(args.rill)
+        print(table(rill, records))
+        if args.run:
+            with open(args.run, "w") as out:
+                json.dump(as_run(header, rill, records), out, indent=1)
 
 
 if __name__ == "__main__":

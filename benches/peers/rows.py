@@ -9,7 +9,9 @@ Liger (Triton) and QuACK (CuTe-DSL) where they import. TIMES.json gets one objec
 (request, implementation): {"implementation", "op", "dtype", "shape", "micros"}, or "error"
 in place of "micros" where that implementation failed or rejected the shape. rill-bench
 computes GB/s from its own byte count of the same op and shape, so every implementation is
-charged the same bytes.
+charged the same bytes. versions.json, beside TIMES.json, gets each peer's version by name
+("torch", "triton", "Liger", "QuACK", "CuTe DSL"), which rill-bench writes into its run's
+header.
 
 Timing is triton's do_bench: CUDA events, L2 flushed between runs, the median.
 
@@ -18,8 +20,10 @@ Without torch, triton or a CUDA device it prints one line saying so and exits 3.
 
 import argparse
 import importlib
+import importlib.metadata
 import json
 import math
+import os
 import sys
 
 NO_PEERS = 3
@@ -33,6 +37,7 @@ def unavailable(why):
 try:
     import torch
     import torch.nn.functional as F
+    import triton
     from triton.testing import do_bench
 except ImportError as error:
     unavailable(f"python3 has no {error.name}")
@@ -209,6 +214,26 @@ def peers(i):
     return found
 
 
+def version(distribution, package):
+    """The installed version of `distribution`, else the imported `package`'s `__version__`,
+    else "unknown"."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return getattr(sys.modules.get(package), "__version__", "unknown")
+
+
+def versions():
+    """Each peer that runs here, by the name rill-bench records it under, and its version."""
+    found = {"torch": torch.__version__, "triton": triton.__version__}
+    if any(LIGER.values()):
+        found["Liger"] = version("liger-kernel", "liger_kernel")
+    if any(QUACK.values()):
+        found["QuACK"] = version("quack-kernels", "quack")
+        found["CuTe DSL"] = version("nvidia-cutlass-dsl", "cutlass")
+    return found
+
+
 def first_line(error):
     text = f"{type(error).__name__}: {error}".strip()
     return text.splitlines()[0][:200] if text else type(error).__name__
@@ -224,7 +249,10 @@ def main():
     with open(args.requests) as f:
         requests = json.load(f)
     present = ["torch eager", "torch.compile"] + [n for n, m in (("Liger", LIGER), ("QuACK", QUACK)) if any(m.values())]
-    print(f"peers: {', '.join(present)} (torch {torch.__version__})", file=sys.stderr)
+    found = versions()
+    print(f"peers: {', '.join(present)} ({', '.join(f'{k} {v}' for k, v in found.items())})", file=sys.stderr)
+    with open(os.path.join(os.path.dirname(os.path.abspath(args.json)), "versions.json"), "w") as f:
+        json.dump(found, f, indent=1)
 
     # Requests of one shape and dtype share their inputs.
     groups = {}

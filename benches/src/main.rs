@@ -1,9 +1,9 @@
-//! `rill-bench`: effective bandwidth of every op on main against the device-to-device
-//! copy measured in the same process, and a profile of a transformer block's ops.
+//! `rill-bench`: effective bandwidth of every op on main against the device-to-device copy
+//! measured in the same process, and a profile of a transformer block's ops.
 //!
 //! ```text
 //! rill-bench [--quick] [--filter TEXT,..] [--dtype f32|f16|bf16] [--cols W,W,..] [--rows N] [--peers [--python PATH]] [--json PATH] [--plot-dir DIR] [--perf PATH] [--profile]
-//! rill-bench --from-json PATH [--device TEXT] [--plot-dir DIR] [--perf PATH]
+//! rill-bench --from-json PATH [--from-json PATH ..] [--device TEXT] [--plot-dir DIR] [--perf PATH]
 //! ```
 //! - elementwise ops over lengths 2^16..2^28, the softmax family over the seed articles'
 //!   sweep (49152 rows of 32..32768 columns, 768, 1000; 4096 rows of 50257..262144),
@@ -18,16 +18,23 @@
 //!   `--dtype` one dtype, `--cols` some row widths (widths outside the sweep too), `--rows`
 //!   the row ops' rows;
 //! - the table on stdout (op, dtype, shape, path, time, GB/s, % of copy), progress on
-//!   stderr, the records as JSON (`--json`, default target/bench/bench.json), one SVG plot
-//!   per op (`--plot-dir`), and the tables spliced into a Markdown file between
+//!   stderr, the run's record file (`--json`, default target/bench/bench.json: a header with
+//!   the date, commit, GPU, driver and peers' versions, then the records), one SVG plot per
+//!   op (`--plot-dir`), and the report spliced into a Markdown file between
 //!   `<!-- bench:begin -->` and `<!-- bench:end -->` (`--perf`, e.g. docs/PERF.md);
 //! - `--peers`: after rill's sweep, the same ops, dtypes and shapes timed for PyTorch eager
 //!   and torch.compile, and Liger and QuACK where installed (`benches/peers/rows.py`, run by
-//!   `--python`, default python3), merged into the table, the JSON, the plots (a line per
-//!   implementation) and the Markdown (a table per op against the best peer); without python3
-//!   or torch one line says so and rill's figures stand alone;
-//! - `--profile`: the profile table instead of the sweep; `--from-json`: the report of a
-//!   recorded run, `--device` naming its GPU, without measuring (no GPU needed).
+//!   `--python`, default python3), merged into the table, the record file, the plots (a line
+//!   per implementation) and the report (each row's best peer and rill's ratio to it);
+//!   without python3 or torch one line says so and rill's figures stand alone;
+//! - `--profile`: the profile table instead of the sweep; `--from-json`: the report of
+//!   recorded runs, without measuring (no GPU needed): a section per record file, in the
+//!   order given (one GPU's runs, the newest figure of each op, dtype and shape), `--device`
+//!   naming the GPU of runs recorded without a header.
+//!
+//! The run's commit is compiled in from `RILL_COMMIT` where the build sets it, else asked of
+//! `git describe --always --dirty` where the benchmark runs (empty without git); the
+//! driver's release is read from `/proc/driver/nvidia/version` where the system has it.
 //!
 //! Effective bandwidth counts each input read once and each output written once. Each
 //! figure is the median of 15 batches timed with CUDA events, after warm-up, cycling
@@ -51,8 +58,10 @@ use half::{bf16, f16};
 use measure::Bench;
 use rill::Gpu;
 use rill::softmax::PathKind;
+use std::collections::BTreeMap;
 use std::error::Error;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 /// rill's bandwidth benchmarks: every op against the device-to-device copy measured in the
 /// same run.
@@ -87,21 +96,22 @@ struct Options {
     /// The Python interpreter that runs the peers.
     #[arg(long, value_name = "PATH", default_value = "python3")]
     python: String,
-    /// Where the records are written.
+    /// Where the run's record file is written.
     #[arg(long, value_name = "PATH", default_value = "target/bench/bench.json")]
     json: PathBuf,
-    /// Where one SVG plot per op is written.
+    /// Where one SVG plot per op is written (with several record files, a directory each).
     #[arg(long, value_name = "DIR")]
     plot_dir: Option<PathBuf>,
-    /// A Markdown file whose section between the bench markers gets the tables.
+    /// A Markdown file whose part between the bench markers gets the report.
     #[arg(long, value_name = "PATH")]
     perf: Option<PathBuf>,
-    /// Regenerate the report from a recorded run instead of measuring (no GPU needed).
-    #[arg(long, value_name = "PATH")]
-    from_json: Option<PathBuf>,
-    /// The device line for a regenerated report.
-    #[arg(long, value_name = "TEXT", default_value = "an unnamed GPU")]
-    device: String,
+    /// Report the runs recorded in PATH instead of measuring (no GPU needed); each file given
+    /// is a section of the report, in the order given.
+    #[arg(long, value_name = "PATH", action = clap::ArgAction::Append)]
+    from_json: Vec<PathBuf>,
+    /// The GPU of recorded runs whose header names none.
+    #[arg(long, value_name = "TEXT")]
+    device: Option<String>,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -122,12 +132,13 @@ fn width(text: &str) -> Result<usize, String> {
 
 fn main() {
     let options = Options::parse();
-    let result = match &options.from_json {
-        Some(path) => regenerate(path, &options),
-        None => match Gpu::new(0) {
+    let result = if options.from_json.is_empty() {
+        match Gpu::new(0) {
             Ok(gpu) => run(gpu, &options),
             Err(error) => return println!("no CUDA device ({error}): nothing measured"),
-        },
+        }
+    } else {
+        regenerate(&options)
     };
     if let Err(error) = result {
         eprintln!("error: {error}");
@@ -135,26 +146,49 @@ fn main() {
     }
 }
 
-/// The report of the run recorded in `path`.
-fn regenerate(path: &Path, options: &Options) -> Result<(), Box<dyn Error>> {
-    let records = std::fs::read_to_string(path)
-        .map_err(Box::<dyn Error>::from)
-        .and_then(|json| Ok(report::parse(&json)?))
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    report_records(&records, &options.device, options)
+/// The report of the runs recorded in `--from-json`'s files, a section each.
+fn regenerate(options: &Options) -> Result<(), Box<dyn Error>> {
+    let mut sections = Vec::new();
+    for path in &options.from_json {
+        let mut runs = std::fs::read_to_string(path)
+            .map_err(Box::<dyn Error>::from)
+            .and_then(|json| Ok(report::parse(&json)?))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let device = options.device.as_deref().unwrap_or("an unnamed GPU");
+        for header in runs.iter_mut().map(|run| &mut run.header).filter(|header| header.gpu.is_empty()) {
+            header.gpu = device.to_string();
+        }
+        sections.push(report::Section::new(&stem(path), runs));
+    }
+    report_sections(&sections, options)
+}
+
+/// A record file's name without its directory and extension: its section's name.
+fn stem(path: &Path) -> String {
+    path.file_stem().map_or_else(|| path.display().to_string(), |stem| stem.to_string_lossy().into_owned())
 }
 
 fn run(gpu: Gpu, options: &Options) -> Result<(), Box<dyn Error>> {
     let info = gpu.info().clone();
     let (major, minor) = info.driver_api;
-    let device = format!(
-        "{} ({} SMs, {} MB L2, DRAM {:.2} TB/s peak; driver for CUDA {major}.{minor})",
-        info.name,
-        info.multiprocessors,
-        info.l2_bytes >> 20,
-        info.dram_bytes_per_second as f64 * 1e-12
-    );
-    println!("device: {device}");
+    let release = std::fs::read_to_string("/proc/driver/nvidia/version").ok().and_then(|text| driver_release(&text));
+    let mut header = report::Header {
+        date: report::utc_date(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs()),
+        commit: commit(),
+        gpu: info.name.clone(),
+        device: format!(
+            "{} SMs, {} MB L2, DRAM {:.2} TB/s peak",
+            info.multiprocessors,
+            info.l2_bytes >> 20,
+            info.dram_bytes_per_second as f64 * 1e-12
+        ),
+        driver: match release {
+            Some(release) => format!("{release}, CUDA {major}.{minor}"),
+            None => format!("CUDA {major}.{minor}"),
+        },
+        ..report::Header::default()
+    };
+    println!("device: {} ({}; driver {}); commit {}", header.gpu, header.device, header.driver, header.commit);
     let mut bench = Bench::new(gpu, options.quick, options.filter.clone(), options.cols.clone())?;
     bench.force = options.path;
     bench.rows = options.rows;
@@ -172,17 +206,53 @@ fn run(gpu: Gpu, options: &Options) -> Result<(), Box<dyn Error>> {
     eprintln!();
     if options.peers {
         let scratch = options.json.with_file_name("peers");
+        // rows.py writes the peers' versions beside its times: a file left from an earlier
+        // run must not pass for this one's.
+        let versions = scratch.join("versions.json");
+        let _ = std::fs::remove_file(&versions);
         match peers::measure(&bench.records, &options.python, &scratch) {
             Ok((records, failures)) => {
                 println!("peers: {} figures, {} not measured", records.len(), failures.len());
                 failures.iter().for_each(|failure| println!("  not measured: {failure}"));
                 bench.records.extend(records);
+                header.peers = std::fs::read_to_string(&versions)
+                    .ok()
+                    .and_then(|json| serde_json::from_str::<BTreeMap<String, String>>(&json).ok())
+                    .unwrap_or_default();
             }
             Err(why) => println!("{why}; rill's figures only"),
         }
     }
-    write(&options.json, &report::to_json(&bench.records)?)?;
-    report_records(&bench.records, &device, options)
+    let run = report::Run { header, records: std::mem::take(&mut bench.records) };
+    write(&options.json, &report::to_json(std::slice::from_ref(&run))?)?;
+    report_sections(&[report::Section::new(&stem(&options.json), vec![run])], options)
+}
+
+/// The build's commit: compiled in from `RILL_COMMIT`, else `git describe --always --dirty`
+/// where the benchmark runs, else empty.
+fn commit() -> String {
+    if let Some(commit) = option_env!("RILL_COMMIT").map(str::trim).filter(|commit| !commit.is_empty()) {
+        return commit.to_string();
+    }
+    Command::new("git")
+        .args(["describe", "--always", "--dirty"])
+        .output()
+        .ok()
+        .filter(|output| output.status.success())
+        .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The NVIDIA kernel module's release in the text of `/proc/driver/nvidia/version`
+/// ("580.159.04"): the first word of its NVRM line made of digits and dots, a dot among them.
+fn driver_release(text: &str) -> Option<String> {
+    let line = text.lines().find(|line| line.starts_with("NVRM"))?;
+    let is_release = |word: &&str| {
+        word.contains('.')
+            && word.bytes().any(|b| b.is_ascii_digit())
+            && word.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+    };
+    line.split_whitespace().find(is_release).map(str::to_string)
 }
 
 /// Every family's sweep in dtype `T`, unless `--dtype` names another.
@@ -197,34 +267,46 @@ fn sweep_dtype<T: rill::Element>(bench: &mut Bench, options: &Options) -> rill::
     batch_norm::sweep::<T>(bench)
 }
 
-/// The plots, the PERF.md section and the table of `records`.
-fn report_records(records: &[report::Record], device: &str, options: &Options) -> Result<(), Box<dyn Error>> {
+/// The plots, the report in `--perf` and the table of each section.
+fn report_sections(sections: &[report::Section], options: &Options) -> Result<(), Box<dyn Error>> {
     if let Some(dir) = &options.plot_dir {
-        for (name, svg) in report::plots(records, device)? {
-            write(&dir.join(name), &svg)?;
+        for section in sections {
+            let dir = if sections.len() > 1 { dir.join(&section.name) } else { dir.clone() };
+            for (name, svg) in report::plots(&section.records, &section.title())? {
+                write(&dir.join(name), &svg)?;
+            }
         }
     }
     if let Some(perf) = &options.perf {
-        let date = std::process::Command::new("date")
-            .arg("+%Y-%m-%d")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-            .unwrap_or_default();
         let doc = std::fs::read_to_string(perf).unwrap_or_default();
-        write(perf, &report::splice(&doc, &report::markdown(records, device, &date)))?;
+        let command = command_line(std::env::args().skip(1));
+        write(perf, &report::splice(&doc, &report::markdown(sections, &command)))?;
     }
 
-    println!("\n{:<31} {:<5} {:>16} {:>10} {:>9} {:>7}  path", "op", "dtype", "shape", "time(us)", "GB/s", "%copy");
-    for report::Record { op, dtype, shape, path, micros, gbps, of_copy, implementation } in records {
-        let (shape, percent) = (format!("{shape:?}"), 100.0 * of_copy);
-        // A peer's row names the peer where rill's names its path.
-        let path = if implementation == report::RILL { path } else { implementation };
-        println!("{op:<31} {dtype:<5} {shape:>16} {micros:>10.2} {gbps:>9.1} {percent:>6.1}%  {path}");
-    }
-    if let Some(note) = norm_ladder::footnote(records) {
-        println!("{note}");
+    for section in sections {
+        println!("\n{}", section.title());
+        println!("{:<31} {:<5} {:>16} {:>10} {:>9} {:>7}  path", "op", "dtype", "shape", "time(us)", "GB/s", "%copy");
+        for report::Record { op, dtype, shape, path, micros, gbps, of_copy, implementation } in &section.records {
+            let (shape, percent) = (format!("{shape:?}"), 100.0 * of_copy);
+            // A peer's row names the peer where rill's names its path.
+            let path = if implementation == report::RILL { path } else { implementation };
+            println!("{op:<31} {dtype:<5} {shape:>16} {micros:>10.2} {gbps:>9.1} {percent:>6.1}%  {path}");
+        }
+        if let Some(note) = norm_ladder::footnote(&section.records) {
+            println!("{note}");
+        }
     }
     Ok(())
+}
+
+/// `rill-bench` and `args` as a reader would type them, an argument in single quotes where it
+/// is empty or holds a space or a quote.
+fn command_line(args: impl IntoIterator<Item = String>) -> String {
+    let quoted = args.into_iter().map(|arg| {
+        let plain = !arg.is_empty() && !arg.contains([' ', '\t', '\'', '"', '`']);
+        if plain { arg } else { format!("'{}'", arg.replace('\'', r"'\''")) }
+    });
+    std::iter::once("rill-bench".to_string()).chain(quoted).collect::<Vec<_>>().join(" ")
 }
 
 fn write(path: &Path, text: &str) -> std::io::Result<()> {
@@ -268,13 +350,11 @@ mod tests {
         assert_eq!(options.python, "python3");
         assert_eq!((options.filter, options.dtype.as_deref()), (Some(vec!["soft".to_string()]), Some("bf16")));
         assert_eq!((options.cols, options.rows), (Some(vec![768, 1024]), Some(4096)));
-        assert_eq!(
-            (options.json.to_str(), options.device.as_str()),
-            (Some("target/bench/bench.json"), "an unnamed GPU")
-        );
+        assert_eq!((options.json.to_str(), options.device), (Some("target/bench/bench.json"), None));
+        assert!(options.from_json.is_empty());
         let args = ["--from-json", "r.json", "--device", "H100", "--json", "j", "--plot-dir", "p", "--perf", "m"];
         let options = parse(&args).unwrap();
-        assert_eq!((options.from_json.unwrap().to_str(), options.device.as_str()), (Some("r.json"), "H100"));
+        assert_eq!((options.from_json, options.device.as_deref()), (vec![PathBuf::from("r.json")], Some("H100")));
         assert_eq!((options.json.to_str(), options.plot_dir.unwrap().to_str()), (Some("j"), Some("p")));
         assert_eq!(options.perf.unwrap().to_str(), Some("m"));
         assert_eq!(parse(&["--dtype", "f32", "--dtype", "f16"]).unwrap().dtype.as_deref(), Some("f16"));
@@ -285,11 +365,50 @@ mod tests {
         assert_eq!(parse(&["--cols", "768", "--cols", "1024,2048"]).unwrap().cols, Some(vec![1024, 2048]));
     }
 
+    /// Each `--from-json` is a section, in the order given; a comma is part of a path.
+    #[test]
+    fn from_json_may_be_given_several_times() {
+        let options = parse(&["--from-json", "a.json", "--from-json", "b,c.json", "--perf", "P.md"]).unwrap();
+        assert_eq!(options.from_json, [PathBuf::from("a.json"), PathBuf::from("b,c.json")]);
+        assert_eq!(stem(&options.from_json[0]), "a");
+        assert_eq!(stem(Path::new("docs/records/sweep-h100.json")), "sweep-h100");
+    }
+
     #[test]
     fn rejects_bad_arguments_with_exit_status_2() {
         for args in [&["--dtype", "f64"][..], &["--cols", "768,x"], &["--filter"], &["--frobnicate"], &["stray"]] {
             let err = parse(args).err().unwrap_or_else(|| panic!("{args:?} was accepted"));
             assert_eq!(err.exit_code(), 2, "{args:?}: {err}");
         }
+        assert_eq!(parse(&["--from-json"]).err().unwrap().exit_code(), 2);
+    }
+
+    #[test]
+    fn the_driver_release_is_read_from_its_nvrm_line() {
+        let proprietary = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Oct 30 2025\n\
+                           GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n";
+        assert_eq!(driver_release(proprietary).as_deref(), Some("580.159.04"));
+        let open = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  575.57.08  Release Build\n";
+        assert_eq!(driver_release(open).as_deref(), Some("575.57.08"));
+        assert_eq!(driver_release("GCC version: 12.2.0\n"), None, "no NVRM line");
+        assert_eq!(driver_release("NVRM version: unknown . ..\n"), None, "dots alone are no release");
+        assert_eq!(driver_release(""), None);
+    }
+
+    #[test]
+    fn the_command_line_reads_back_as_typed() {
+        let args = ["--from-json", "docs/records/sweep-h100.json", "--perf", "docs/PERF.md"].map(String::from);
+        assert_eq!(command_line(args), "rill-bench --from-json docs/records/sweep-h100.json --perf docs/PERF.md");
+        let odd = ["--device", "NVIDIA H100", "", "it's", "`x`"].map(String::from);
+        assert_eq!(command_line(odd), r"rill-bench --device 'NVIDIA H100' '' 'it'\''s' '`x`'");
+        assert_eq!(command_line(Vec::new()), "rill-bench");
+    }
+
+    /// Without `RILL_COMMIT` compiled in, the commit comes from git where there is one; it is
+    /// one line either way.
+    #[test]
+    fn the_commit_is_one_line() {
+        let commit = commit();
+        assert!(!commit.contains('\n'), "{commit:?}");
     }
 }

@@ -1,6 +1,10 @@
-//! Reporting for `rill-bench`: the JSON records it writes (and reads back), one SVG plot of
-//! effective bandwidth per op, and a Markdown section spliced into a document such as
+//! Reporting for `rill-bench`: the record files it writes (and reads back), one SVG plot of
+//! effective bandwidth per op, and the Markdown report spliced into a document such as
 //! `docs/PERF.md`.
+//!
+//! A record file holds one run or several of one GPU, each a [`Header`] (date, commit, GPU,
+//! driver, the peers' versions) and its [`Record`]s. A report has a [`Section`] per file: the
+//! newest figure of every op, dtype and shape its runs measured, and where rill is behind.
 //!
 //! Malformed input gives `Err`, odd records (NaN, empty shapes) are skipped or shown as gaps,
 //! nothing panics.
@@ -11,6 +15,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::collections::{BTreeMap, HashSet};
 use std::error::Error;
 use std::fmt::Write as _;
 
@@ -73,23 +78,104 @@ fn extent(record: &Record) -> usize {
 // JSON
 // ---------------------------------------------------------------------------------------------
 
-/// Parses the JSON the benchmark writes: an array of objects with the fields of [`Record`].
-/// Also reads the older format with a number "len" instead of "shape" and no "path" (taken as
-/// "-"), so earlier runs stay readable. Unknown keys are ignored so a newer writer's extra
-/// fields don't break an older reader; errors name the line and column.
-pub fn parse(json: &str) -> serde_json::Result<Vec<Record>> {
-    serde_json::from_str(json)
+/// What a run was: when, on which build and GPU, beside which peers. Any field may be empty
+/// (unknown); unknown keys are ignored, so a newer writer's fields don't break an older reader.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Header {
+    /// The day the run started, "2026-11-27" (UTC).
+    pub date: String,
+    /// The build's commit, as `git describe --always --dirty` names it; for runs recorded
+    /// before headers existed, the commit that recorded the run.
+    pub commit: String,
+    /// The GPU's name as the driver reports it: what sections are titled by.
+    pub gpu: String,
+    /// The GPU's limits that bear on the figures: SMs, L2, the DRAM's peak.
+    pub device: String,
+    /// The driver's release, where the system tells it, and the CUDA version of its API.
+    pub driver: String,
+    /// Each peer's version by name ("torch", "triton", "Liger", "QuACK", "CuTe DSL"); empty
+    /// where no peer ran.
+    pub peers: BTreeMap<String, String>,
+    /// What the run was where its records do not say it (how an older record was made, what a
+    /// run of a few shapes measured).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub note: String,
 }
 
-/// Serializes records one object per line, so runs diff line by line.
-pub fn to_json(records: &[Record]) -> serde_json::Result<String> {
-    let mut out = String::from("[\n");
-    for (i, record) in records.iter().enumerate() {
-        let comma = if i + 1 < records.len() { "," } else { "" };
-        let _ = writeln!(out, "  {}{comma}", serde_json::to_string(record)?);
+/// One run: its header and its records, in the order measured.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    #[serde(rename = "run", default)]
+    pub header: Header,
+    pub records: Vec<Record>,
+}
+
+/// The object form of a record file: one run (`run` and `records`) or several (`runs`).
+#[derive(Deserialize)]
+struct Document {
+    run: Option<Header>,
+    records: Option<Vec<Record>>,
+    runs: Option<Vec<Run>>,
+}
+
+/// Parses a record file: `{"run": {...}, "records": [...]}` (one run), `{"runs": [{"run":
+/// ..., "records": [...]}, ...]}` (several, oldest first), or a bare array of records (runs
+/// recorded before headers existed: one run, its header empty). Records are objects with the
+/// fields of [`Record`]; the oldest also read, with a number "len" instead of "shape" and no
+/// "path" (taken as "-"). Unknown keys are ignored; syntax and type errors name the line and
+/// column.
+pub fn parse(json: &str) -> serde_json::Result<Vec<Run>> {
+    if json.trim_start().starts_with('[') {
+        let records: Vec<Record> = serde_json::from_str(json)?;
+        return Ok(vec![Run { header: Header::default(), records }]);
     }
-    out.push_str("]\n");
+    let document: Document = serde_json::from_str(json)?;
+    match document {
+        Document { run, records: Some(records), runs: None } => {
+            Ok(vec![Run { header: run.unwrap_or_default(), records }])
+        }
+        Document { run: None, records: None, runs: Some(runs) } => Ok(runs),
+        _ => Err(serde_json::Error::custom(
+            "a record file holds \"run\" and \"records\" (one run) or \"runs\" (several), not both",
+        )),
+    }
+}
+
+/// Serializes `runs` with one record a line, so runs diff line by line: one run as `{"run":
+/// ..., "records": [...]}`, several as `{"runs": [...]}`.
+pub fn to_json(runs: &[Run]) -> serde_json::Result<String> {
+    let mut out = String::from("{\n");
+    match runs {
+        [run] => write_run(&mut out, run, "  ")?,
+        _ => {
+            out.push_str("  \"runs\": [\n");
+            for (i, run) in runs.iter().enumerate() {
+                out.push_str("    {\n");
+                write_run(&mut out, run, "      ")?;
+                out.push_str(if i + 1 < runs.len() { "    },\n" } else { "    }\n" });
+            }
+            out.push_str("  ]\n");
+        }
+    }
+    out.push_str("}\n");
     Ok(out)
+}
+
+/// `"run": {...},` and `"records": [...]`, each line indented by `indent`.
+fn write_run(out: &mut String, run: &Run, indent: &str) -> serde_json::Result<()> {
+    let _ = writeln!(out, "{indent}\"run\": {},", serde_json::to_string(&run.header)?);
+    if run.records.is_empty() {
+        let _ = writeln!(out, "{indent}\"records\": []");
+        return Ok(());
+    }
+    let _ = writeln!(out, "{indent}\"records\": [");
+    for (i, record) in run.records.iter().enumerate() {
+        let comma = if i + 1 < run.records.len() { "," } else { "" };
+        let _ = writeln!(out, "{indent}  {}{comma}", serde_json::to_string(record)?);
+    }
+    let _ = writeln!(out, "{indent}]");
+    Ok(())
 }
 
 fn no_path() -> String {
@@ -131,6 +217,78 @@ fn parse_shape(text: &str) -> Option<Vec<usize>> {
 /// which `parse` rejects.
 fn rounded<const DECIMALS: usize, S: Serializer>(value: &f64, serializer: S) -> Result<S::Ok, S::Error> {
     serializer.serialize_f64(format!("{value:.DECIMALS$}").parse().unwrap_or(*value))
+}
+
+/// "2026-11-27": the UTC day of `unix_seconds` (the proleptic Gregorian calendar).
+pub fn utc_date(unix_seconds: u64) -> String {
+    // Days since 1970-01-01, shifted to start on 0000-03-01 so each year ends with February
+    // and its leap day; a cycle of 400 years is 146097 days.
+    let days = unix_seconds / 86_400 + 719_468;
+    let (era, day_of_era) = (days / 146_097, days % 146_097);
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
+    let month = if month_from_march < 10 { month_from_march + 3 } else { month_from_march - 9 };
+    let year = era * 400 + year_of_era + u64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sections: the runs of one record file, merged
+// ---------------------------------------------------------------------------------------------
+
+/// One part of the report: the runs of one record file (of one GPU), each op, dtype and shape
+/// from the last run that measured it, so a newer run of a few shapes updates an older sweep
+/// while every row keeps its own run's copy and peers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Section {
+    /// What the section is called after its GPU: its record file's stem.
+    pub name: String,
+    /// The runs' headers, oldest first.
+    pub runs: Vec<Header>,
+    /// The rows, each op, dtype and shape (every implementation of it) from one run.
+    pub records: Vec<Record>,
+    /// The run (an index into `runs`) each of `records` comes from.
+    pub run_of: Vec<usize>,
+}
+
+impl Section {
+    /// `runs` (oldest first) merged: a run's records replace every record of an earlier run
+    /// at the same op, dtype and shape, whatever its implementation.
+    pub fn new(name: &str, runs: Vec<Run>) -> Section {
+        let (mut records, mut run_of, mut headers) = (Vec::new(), Vec::new(), Vec::new());
+        for (index, run) in runs.into_iter().enumerate() {
+            let measured: HashSet<(&str, &str, &[usize])> = run.records.iter().map(key).collect();
+            let kept: Vec<bool> = records.iter().map(|r| !measured.contains(&key(r))).collect();
+            let mut keep = kept.iter().copied();
+            records.retain(|_| keep.next().unwrap_or(true));
+            let mut keep = kept.into_iter();
+            run_of.retain(|_| keep.next().unwrap_or(true));
+            run_of.extend(std::iter::repeat_n(index, run.records.len()));
+            records.extend(run.records);
+            headers.push(run.header);
+        }
+        Section { name: name.into(), runs: headers, records, run_of }
+    }
+
+    /// The GPU of the newest run that names one.
+    pub fn gpu(&self) -> &str {
+        self.runs.iter().rev().map(|h| h.gpu.as_str()).find(|gpu| !gpu.is_empty()).unwrap_or("")
+    }
+
+    /// "NVIDIA H100 80GB HBM3: sweep-h100", or the name alone where no run names its GPU.
+    pub fn title(&self) -> String {
+        match self.gpu() {
+            "" => self.name.clone(),
+            gpu => format!("{gpu}: {}", self.name),
+        }
+    }
+}
+
+/// The op, dtype and shape a record measures.
+fn key(record: &Record) -> (&str, &str, &[usize]) {
+    (&record.op, &record.dtype, &record.shape)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -371,99 +529,253 @@ fn power_of_two(exponent: u32) -> String {
 // Markdown
 // ---------------------------------------------------------------------------------------------
 
-/// A Markdown section: per op (elementwise first, then row ops), a table with a row per shape
-/// and per dtype "GB/s (x% of copy)", plus the launch path where the op has any; it ends with
-/// the weakest shape and dtype of every op, where work is most likely left.
-pub fn markdown(records: &[Record], device: &str, date: &str) -> String {
+/// A row is behind its best peer under this ratio (rill's GB/s over the peer's).
+pub const BEHIND: f64 = 0.98;
+
+/// A row is listed under this fraction of its copy.
+pub const UNDER_COPY: f64 = 0.90;
+
+/// A copy faster than this (µs) is mostly launch latency, so a fraction of it says little
+/// about bandwidth: such rows stay out of the list of where rill is behind.
+pub const LATENCY_BOUND_MICROS: f64 = 10.0;
+
+/// The report: what it is and how it was made (`command`), which runs each section comes
+/// from, then per section its runs, where rill is behind its best peer or under 90% of copy,
+/// and per op a table with a row per shape and dtype (GB/s, % of copy, the best peer and
+/// rill's ratio to it, the plan).
+pub fn markdown(sections: &[Section], command: &str) -> String {
     let mut out = format!(
-        "Measured {date} on {device} by `rill-bench`. Each cell is effective bandwidth (the bytes \
-         an op must move over its median time) and, in parentheses, its fraction of a \
-         device-to-device copy of the same shape and dtype measured in the same run.\n",
-        date = escape_markdown(date),
-        device = escape_markdown(device)
+        "Generated by `{}`. Each figure is effective bandwidth: the bytes an op must move (each \
+         input read once, each output written once) over its median time, and its fraction of a \
+         device-to-device copy of the same shape and dtype timed in the same run. Peers are charged \
+         rill's bytes; \"rill / best\" is rill's GB/s over the best peer's, in the same run.\n\nSections:\n",
+        command.replace('`', "'")
     );
-    let ops = ops(records);
-    let mut behind = Vec::new();
-    for &op in &ops {
-        out.push('\n');
-        table(&mut out, records, op);
-        peer_table(&mut out, records, op, &mut behind);
+    for section in sections {
+        let _ = writeln!(out, "- {}: {}.", escape_markdown(&section.title()), summary(section));
     }
-    let weakest: Vec<String> = ops.iter().filter_map(|op| weakest(records, op)).collect();
-    let weakest = if weakest.is_empty() { "none measured".to_string() } else { weakest.join("; ") };
-    let _ = writeln!(out, "\nWeakest per op: {weakest}.");
-    if records.iter().any(|r| !is_rill(&r.implementation)) {
-        let behind = if behind.is_empty() { "none".to_string() } else { behind.join("; ") };
-        let _ = writeln!(out, "\nBehind the best peer: {behind}.");
+    for section in sections {
+        write_section(&mut out, section);
     }
     out
 }
 
-/// "### op", then the table: shapes grouped by rows (in order of appearance) and sorted by
-/// size within a group, so each sweep reads top to bottom.
-fn table(out: &mut String, records: &[Record], op: &str) {
-    let mine: Vec<&Record> = records.iter().filter(|r| r.op == op && is_rill(&r.implementation)).collect();
-    let dtypes = distinct(mine.iter().map(|r| r.dtype.as_str()));
-    let with_path = mine.iter().any(|r| !r.path.is_empty() && r.path != "-");
-    let groups = distinct(mine.iter().map(|r| leading(r)));
-    let mut shapes = distinct(mine.iter().map(|r| r.shape.as_slice()));
-    shapes.sort_by_key(|shape| {
-        (groups.iter().position(|g| *g == &shape[..shape.len().saturating_sub(1)]), shape.last().copied())
-    });
+/// "2 runs, 2026-11-24 to 2026-11-27; rill, torch eager, torch.compile": the runs' dates and
+/// who was timed.
+fn summary(section: &Section) -> String {
+    let dates: Vec<&str> = section.runs.iter().map(|h| h.date.as_str()).filter(|d| !d.is_empty()).collect();
+    let (first, last) = (dates.iter().min(), dates.iter().max());
+    let when = match (first, last) {
+        (Some(first), Some(last)) if first != last => format!(", {first} to {last}"),
+        (Some(first), _) => format!(", {first}"),
+        _ => String::new(),
+    };
+    let count = match section.runs.len() {
+        1 => "1 run".to_string(),
+        n => format!("{n} runs"),
+    };
+    let who: Vec<&str> = std::iter::once(RILL)
+        .chain(distinct(section.records.iter().map(|r| r.implementation.as_str()).filter(|i| !is_rill(i))))
+        .collect();
+    escape_markdown(&format!("{count}{when}; {}", who.join(", ")))
+}
 
-    let _ = writeln!(out, "### {}\n", escape_markdown(op));
-    let path_column = |text: &str| if with_path { format!(" {text} |") } else { String::new() };
-    let figures: String = dtypes.iter().map(|dtype| format!(" {} GB/s (of copy) |", escape_markdown(dtype))).collect();
-    let _ = writeln!(out, "| shape |{figures}{}", path_column("path"));
-    let _ = writeln!(out, "|---|{}{}", "---:|".repeat(dtypes.len()), if with_path { "---|" } else { "" });
-    for shape in shapes {
-        let cells: Vec<Option<&Record>> =
-            dtypes.iter().map(|dtype| mine.iter().copied().find(|r| r.dtype == *dtype && r.shape == shape)).collect();
-        let figures: String = cells
-            .iter()
-            .map(|cell| cell.map_or_else(|| " - |".into(), |r| format!(" {:.0} ({:.1}%) |", r.gbps, 100.0 * r.of_copy)))
-            .collect();
-        let path = path_column(&escape_markdown(&path_cell(&dtypes, &cells)));
-        let _ = writeln!(out, "| {} |{figures}{path}", shape_cell(shape));
+fn write_section(out: &mut String, section: &Section) {
+    let _ = writeln!(out, "\n## {}\n", escape_markdown(&section.title()));
+    if section.runs.len() > 1 {
+        out.push_str(
+            "Runs, oldest first; a run's rows replace an earlier run's at the same op, dtype and shape \
+             (the tables' last column):\n\n",
+        );
+    } else {
+        out.push_str("Run:\n\n");
+    }
+    for (index, header) in section.runs.iter().enumerate() {
+        let rows = section.run_of.iter().zip(&section.records).filter(|(run, r)| **run == index && is_measure(r));
+        let _ = writeln!(out, "{}. {} ({} rows)", index + 1, describe_run(header), rows.count());
+    }
+    behind_list(out, section);
+    for op in ops(&section.records) {
+        out.push('\n');
+        table(out, section, op);
     }
 }
 
-/// Where `op` has peers, "#### op against the peers" and a table with a row per shape and
-/// dtype: GB/s of rill and of each peer, the best peer's, and rill's ratio to it; the shapes
-/// where rill is behind are added to `behind`.
-fn peer_table(out: &mut String, records: &[Record], op: &str, behind: &mut Vec<String>) {
-    let implementations = implementations(records, op);
-    if implementations.len() < 2 {
-        return;
+/// A run's header in one line: date, commit, GPU and its limits, driver, peers, note.
+fn describe_run<'a>(header: &'a Header) -> String {
+    let or = |text: &'a str, unknown: &'a str| if text.is_empty() { unknown } else { text };
+    let mut line = format!("{}, commit {}", or(&header.date, "date unknown"), or(&header.commit, "unknown"));
+    if !header.gpu.is_empty() {
+        let _ = write!(line, ", {}", header.gpu);
     }
-    let rill: Vec<&Record> = records.iter().filter(|r| r.op == op && is_rill(&r.implementation)).collect();
-    let names: String = implementations.iter().map(|name| format!(" {} |", escape_markdown(name))).collect();
-    let _ = writeln!(out, "\n#### {} against the peers (GB/s)\n", escape_markdown(op));
-    let _ = writeln!(out, "| shape | dtype |{names} best peer | rill / best |");
-    let _ = writeln!(out, "|---|---|{}---:|---:|", "---:|".repeat(implementations.len()));
-    for mine in rill {
-        let gbps = |name: &str| {
-            records
-                .iter()
-                .find(|r| r.op == op && r.implementation == name && r.dtype == mine.dtype && r.shape == mine.shape)
-                .map(|r| r.gbps)
-                .filter(|gbps| gbps.is_finite())
-        };
-        let cells: String =
-            implementations.iter().map(|name| gbps(name).map_or(" - |".into(), |g| format!(" {g:.0} |"))).collect();
-        let best = implementations[1..].iter().filter_map(|name| gbps(name)).reduce(f64::max);
-        let (shape, dtype) = (shape_cell(&mine.shape), escape_markdown(&mine.dtype));
-        let (best_cell, ratio_cell) = match best {
-            Some(best) => {
-                let ratio = mine.gbps / best;
-                if ratio < 1.0 {
-                    behind.push(format!("{} {dtype} {shape} ({ratio:.2}x)", escape_markdown(op)));
+    if !header.device.is_empty() {
+        let _ = write!(line, " ({})", header.device);
+    }
+    if !header.driver.is_empty() {
+        let _ = write!(line, ", driver {}", header.driver);
+    }
+    let _ = write!(line, "; {}", peer_versions(&header.peers));
+    if !header.note.is_empty() {
+        let _ = write!(line, ". {}", header.note.trim_end_matches('.'));
+    }
+    escape_markdown(&line)
+}
+
+/// "PyTorch 2.11.0, Triton 3.6.0, Liger 0.8.5": the best-known peers first, then the rest by
+/// name; "no peers" where none ran.
+fn peer_versions(peers: &BTreeMap<String, String>) -> String {
+    const KNOWN: [(&str, &str); 5] =
+        [("torch", "PyTorch"), ("triton", "Triton"), ("Liger", "Liger"), ("QuACK", "QuACK"), ("CuTe DSL", "CuTe DSL")];
+    let known = KNOWN.iter().filter_map(|&(key, name)| peers.get(key).map(|version| format!("{name} {version}")));
+    let others = peers.iter().filter(|(key, _)| KNOWN.iter().all(|(k, _)| k != key)).map(|(k, v)| format!("{k} {v}"));
+    let all: Vec<String> = known.chain(others).collect();
+    if all.is_empty() { "no peers".into() } else { all.join(", ") }
+}
+
+/// Whether a record is a measurement of an op (not the copy it is measured against).
+fn is_measure(record: &Record) -> bool {
+    record.op != COPY && is_rill(&record.implementation)
+}
+
+/// Whether `op` is a row that compares rather than one of rill's ops at a shape it plans: the
+/// RMSNorm ladder's rungs (`family/rung`) and the fused example's reference rows (the unfused
+/// chain and its first kernel, `dequantize*`; a forced path, `*_uncached`).
+fn is_reference(op: &str) -> bool {
+    op.contains('/') || op.starts_with("dequantize") || op.ends_with("_uncached")
+}
+
+/// The best peer's GB/s for `mine` and its name, if any peer measured it.
+fn best_peer<'a>(records: &'a [Record], mine: &Record) -> Option<(&'a str, f64)> {
+    records
+        .iter()
+        .filter(|r| !is_rill(&r.implementation) && key(r) == key(mine) && r.gbps.is_finite())
+        .max_by(|a, b| a.gbps.total_cmp(&b.gbps))
+        .map(|r| (r.implementation.as_str(), r.gbps))
+}
+
+/// Whether `mine`'s copy took under [`LATENCY_BOUND_MICROS`].
+fn latency_bound(records: &[Record], mine: &Record) -> bool {
+    records
+        .iter()
+        .find(|r| r.op == COPY && is_rill(&r.implementation) && r.dtype == mine.dtype && r.shape == mine.shape)
+        .is_some_and(|copy| copy.micros < LATENCY_BOUND_MICROS)
+}
+
+/// "### Where rill is behind": per op, the shapes under [`BEHIND`] of the best peer and those
+/// under [`UNDER_COPY`] of copy, by dtype; reference rows and latency-bound ones left out.
+fn behind_list(out: &mut String, section: &Section) {
+    let records = &section.records;
+    let _ = writeln!(
+        out,
+        "\n### Where rill is behind\n\nRows under {BEHIND} of the best peer or under {:.0}% of copy (left out: \
+         rows whose copy takes under {LATENCY_BOUND_MICROS:.0} µs, which measure launches more than \
+         bandwidth, and rows that compare rather than run one of rill's ops).\n",
+        100.0 * UNDER_COPY
+    );
+    let mut any = false;
+    for op in ops(records).into_iter().filter(|op| !is_reference(op)) {
+        let mine: Vec<&Record> =
+            records.iter().filter(|r| r.op == op && is_rill(&r.implementation) && !latency_bound(records, r)).collect();
+        let behind = by_dtype(&mine, |r| {
+            let (peer, gbps) = best_peer(records, r)?;
+            let ratio = r.gbps / gbps;
+            (ratio < BEHIND).then(|| format!("{} ({ratio:.2}x {})", shape_cell(&r.shape), escape_markdown(peer)))
+        });
+        let under = by_dtype(&mine, |r| {
+            (r.of_copy < UNDER_COPY).then(|| format!("{} ({:.1}%)", shape_cell(&r.shape), 100.0 * r.of_copy))
+        });
+        let parts: Vec<String> = [("behind the best peer", behind), ("under 90% of copy", under)]
+            .into_iter()
+            .filter(|(_, list)| !list.is_empty())
+            .map(|(what, list)| format!("{what}: {list}"))
+            .collect();
+        if !parts.is_empty() {
+            let _ = writeln!(out, "- `{}`: {}.", escape_markdown(op).replace('`', "'"), parts.join("; "));
+            any = true;
+        }
+    }
+    if !any {
+        out.push_str("None.\n");
+    }
+}
+
+/// "f32 49152 × 32 (65.1%), 49152 × 64 (77.3%); bf16 ...": `cell` of each record it gives
+/// one for, grouped by dtype in order of appearance, shapes sorted within a dtype.
+fn by_dtype(records: &[&Record], cell: impl Fn(&Record) -> Option<String>) -> String {
+    let dtypes = distinct(records.iter().map(|r| r.dtype.as_str()));
+    let groups: Vec<String> = dtypes
+        .into_iter()
+        .filter_map(|dtype| {
+            let mut mine: Vec<&Record> = records.iter().copied().filter(|r| r.dtype == dtype).collect();
+            mine.sort_by(|a, b| shape_order(&a.shape).cmp(&shape_order(&b.shape)));
+            let cells: Vec<String> = mine.into_iter().filter_map(&cell).collect();
+            (!cells.is_empty()).then(|| format!("{} {}", escape_markdown(dtype), cells.join(", ")))
+        })
+        .collect();
+    groups.join("; ")
+}
+
+/// Shapes in reading order: by their leading dimensions, then the last.
+fn shape_order(shape: &[usize]) -> (&[usize], usize) {
+    (&shape[..shape.len().saturating_sub(1)], shape.last().copied().unwrap_or(0))
+}
+
+/// "### op", then a row per shape and dtype: shapes grouped by rows (in order of appearance)
+/// and sorted by size within a group, so each sweep reads top to bottom; the peer columns where
+/// the op has peers, the path where any row has one, the run where the section has several.
+fn table(out: &mut String, section: &Section, op: &str) {
+    let records = &section.records;
+    let mine: Vec<(usize, &Record)> =
+        records.iter().enumerate().filter(|(_, r)| r.op == op && is_rill(&r.implementation)).collect();
+    let dtypes = distinct(mine.iter().map(|(_, r)| r.dtype.as_str()));
+    let groups = distinct(mine.iter().map(|(_, r)| leading(r)));
+    let mut rows = mine.clone();
+    rows.sort_by_key(|(_, r)| {
+        let group = groups.iter().position(|g| *g == leading(r));
+        (group, extent(r), dtypes.iter().position(|d| *d == r.dtype))
+    });
+    let with_peers = implementations(records, op).len() > 1;
+    let with_path = mine.iter().any(|(_, r)| !r.path.is_empty() && r.path != "-");
+    let with_run = section.runs.len() > 1;
+
+    let _ = writeln!(out, "### {}\n", escape_markdown(op));
+    let mut head = String::from("| shape | dtype | GB/s | % of copy |");
+    let mut rule = String::from("|---|---|---:|---:|");
+    for (wanted, name, align) in [
+        (with_peers, "best peer |", "---|"),
+        (with_peers, "rill / best |", "---:|"),
+        (with_path, "path |", "---|"),
+        (with_run, "run |", "---:|"),
+    ] {
+        if wanted {
+            let _ = write!(head, " {name}");
+            rule.push_str(align);
+        }
+    }
+    let _ = writeln!(out, "{head}\n{rule}");
+    for (index, r) in rows {
+        let mut row = format!(
+            "| {} | {} | {:.0} | {:.1} |",
+            shape_cell(&r.shape),
+            escape_markdown(&r.dtype),
+            r.gbps,
+            100.0 * r.of_copy
+        );
+        if with_peers {
+            match best_peer(records, r) {
+                Some((peer, gbps)) => {
+                    let _ = write!(row, " {} {gbps:.0} | {:.2} |", escape_markdown(peer), r.gbps / gbps);
                 }
-                (format!("{best:.0}"), format!("{ratio:.2}"))
+                None => row.push_str(" - | - |"),
             }
-            None => ("-".into(), "-".into()),
-        };
-        let _ = writeln!(out, "| {shape} | {dtype} |{cells} {best_cell} | {ratio_cell} |");
+        }
+        if with_path {
+            let _ = write!(row, " {} |", escape_markdown(&r.path));
+        }
+        if with_run {
+            let _ = write!(row, " {} |", section.run_of[index] + 1);
+        }
+        let _ = writeln!(out, "{row}");
     }
 }
 
@@ -473,26 +785,6 @@ fn shape_cell(shape: &[usize]) -> String {
         [n] if n.is_power_of_two() => format!("2^{}", n.trailing_zeros()),
         _ => rows_text(shape),
     }
-}
-
-/// The path, once if every dtype took the same one, else "f32: ...; f16: ...".
-fn path_cell(dtypes: &[&str], cells: &[Option<&Record>]) -> String {
-    let paths: Vec<(&str, &str)> =
-        dtypes.iter().zip(cells).filter_map(|(dtype, cell)| cell.map(|r| (*dtype, r.path.as_str()))).collect();
-    match paths.first() {
-        Some((_, first)) if paths.iter().all(|(_, path)| path == first) => first.to_string(),
-        _ => paths.iter().map(|(dtype, path)| format!("{dtype}: {path}")).collect::<Vec<_>>().join("; "),
-    }
-}
-
-/// "softmax f16 4096 × 262144 at 65.8% of copy": the op's lowest fraction of copy.
-fn weakest(records: &[Record], op: &str) -> Option<String> {
-    let worst = records
-        .iter()
-        .filter(|r| r.op == op && is_rill(&r.implementation) && r.of_copy.is_finite())
-        .min_by(|a, b| a.of_copy.total_cmp(&b.of_copy))?;
-    let (op, dtype, shape) = (escape_markdown(op), escape_markdown(&worst.dtype), shape_cell(&worst.shape));
-    Some(format!("{op} {dtype} {shape} at {:.1}% of copy", 100.0 * worst.of_copy))
 }
 
 /// Keeps a table cell one cell: a '|' would split it, a newline would end the row.
@@ -551,7 +843,8 @@ fn markers(doc: &str) -> Option<(usize, usize)> {
 mod tests {
     use super::*;
 
-    /// Elementwise and row ops, two dtypes, a copy per shape, escapes and a non-ASCII path.
+    /// Elementwise and row ops, two dtypes, a copy per shape, escapes and a non-ASCII path: a
+    /// run recorded before headers existed.
     const SAMPLE: &str = r#"[
   {"op": "copy", "dtype": "f32", "shape": "[65536]", "path": "-", "micros": 6.052, "gbps": 86.6, "of_copy": 1.0000},
   {"op": "gelu", "dtype": "f32", "shape": "[65536]", "path": "-", "micros": 4.970, "gbps": 105.5, "of_copy": 1.2178},
@@ -571,7 +864,24 @@ mod tests {
 "#;
 
     fn sample() -> Vec<Record> {
-        parse(SAMPLE).expect("the sample parses")
+        let mut runs = parse(SAMPLE).expect("the sample parses");
+        assert_eq!((runs.len(), &runs[0].header), (1, &Header::default()), "a bare array is one run, no header");
+        runs.remove(0).records
+    }
+
+    fn header(date: &str) -> Header {
+        Header {
+            date: date.into(),
+            commit: "abc1234".into(),
+            gpu: "NVIDIA H100 80GB HBM3".into(),
+            device: "132 SMs, 50 MB L2, DRAM 3.35 TB/s peak".into(),
+            driver: "580.159.04, CUDA 13.0".into(),
+            ..Header::default()
+        }
+    }
+
+    fn section(runs: Vec<Run>) -> Section {
+        Section::new("sample", runs)
     }
 
     #[test]
@@ -585,34 +895,47 @@ mod tests {
     }
 
     #[test]
-    fn round_trip_keeps_every_record() {
-        let records = sample();
-        let json = to_json(&records).unwrap();
-        assert_eq!(parse(&json).unwrap(), records);
+    fn round_trip_keeps_every_record_and_header() {
+        let mut first = header("2026-11-27");
+        first.peers = BTreeMap::from([("torch".into(), "2.11.0+cu130".into()), ("QuACK".into(), "0.6.5".into())]);
+        first.note = "a \"quoted\" note".into();
+        let run = Run { header: first, records: sample() };
+        let json = to_json(std::slice::from_ref(&run)).unwrap();
+        assert_eq!(parse(&json).unwrap(), std::slice::from_ref(&run));
         assert_eq!(to_json(&parse(&json).unwrap()).unwrap(), json);
-        assert_eq!(json.lines().count(), records.len() + 2, "one record per line:\n{json}");
+        assert_eq!(json.lines().count(), run.records.len() + 5, "one record per line:\n{json}");
+        assert!(json.starts_with("{\n  \"run\": {\"date\":\"2026-11-27\",\"commit\":\"abc1234\","), "{json}");
         assert!(json.contains(r#""shape":"[49152, 1024]""#), "{json}");
-        assert_eq!(to_json(&[]).unwrap(), "[\n]\n");
-        assert_eq!(parse(&to_json(&[]).unwrap()).unwrap(), vec![]);
+
+        let second = Run { header: header("2026-11-28"), records: sample()[..2].to_vec() };
+        let empty = Run::default();
+        let runs = [run, second, empty];
+        let json = to_json(&runs).unwrap();
+        assert_eq!(parse(&json).unwrap(), runs);
+        assert_eq!(to_json(&parse(&json).unwrap()).unwrap(), json);
+        assert!(json.starts_with("{\n  \"runs\": [\n    {\n      \"run\": {"), "{json}");
+        assert!(json.contains("      \"records\": []\n"), "{json}");
+        assert_eq!(to_json(&[]).unwrap(), "{\n  \"runs\": [\n  ]\n}\n");
+        assert_eq!(parse(&to_json(&[]).unwrap()).unwrap(), []);
     }
 
-    /// The committed runs, in both formats, still load and survive a write and a read.
+    /// The committed record files load, and survive a write and a read.
     #[test]
     fn committed_records_round_trip() {
         for json in [include_str!("../../docs/bench-h100.json"), include_str!("../../docs/elementwise-h100.json")] {
-            let records = parse(json).unwrap();
-            assert!(records.len() > 100);
-            assert_eq!(parse(&to_json(&records).unwrap()).unwrap(), records);
+            let runs = parse(json).unwrap();
+            assert!(runs.iter().map(|run| run.records.len()).sum::<usize>() > 100);
+            assert_eq!(parse(&to_json(&runs).unwrap()).unwrap(), runs);
         }
     }
 
     #[test]
     fn to_json_keeps_the_recorded_precision() {
         let record = Record { micros: 48.10049, gbps: 2789.96, of_copy: 0.983_549, ..sample()[0].clone() };
-        let json = to_json(&[record]).unwrap();
+        let json = to_json(&[Run { header: Header::default(), records: vec![record] }]).unwrap();
         assert!(json.contains(r#""micros":48.1,"gbps":2790.0,"of_copy":0.9835}"#), "{json}");
         let odd = Record { gbps: f64::NAN, ..sample()[0].clone() };
-        assert!(to_json(&[odd]).unwrap().contains(r#""gbps":null"#));
+        assert!(to_json(&[Run { header: Header::default(), records: vec![odd] }]).unwrap().contains(r#""gbps":null"#));
     }
 
     #[test]
@@ -627,18 +950,39 @@ mod tests {
             of_copy: 12.25,
             implementation: "torch.compile".into(),
         };
-        assert_eq!(parse(&to_json(std::slice::from_ref(&record)).unwrap()).unwrap(), vec![record]);
+        let header = Header {
+            gpu: "\"GPU\"\n\u{1}".into(),
+            peers: BTreeMap::from([("}{".into(), "\\".into())]),
+            ..Header::default()
+        };
+        let runs = [Run { header, records: vec![record] }];
+        assert_eq!(parse(&to_json(&runs).unwrap()).unwrap(), runs);
     }
 
     #[test]
     fn parse_reads_the_older_format_and_escapes() {
         let old = r#"[{"op": "relu", "dtype": "f32", "len": 65536, "micros": 4.951, "gbps": 105.9, "of_copy": 1.2225, "extra": "x"}]"#;
-        let records = parse(old).unwrap();
+        let records = parse(old).unwrap().remove(0).records;
         assert_eq!((records[0].shape.as_slice(), records[0].path.as_str()), (&[65536][..], "-"));
         let escaped = r#"[{"op": "\u0061\ud83d\ude00\/", "dtype": "f", "shape": " [ 1 ,2 ] ", "micros": -0, "gbps": 1e3, "of_copy": 2.5E-1}]"#;
-        let records = parse(escaped).unwrap();
+        let records = parse(escaped).unwrap().remove(0).records;
         assert_eq!((records[0].op.as_str(), records[0].shape.as_slice()), ("a\u{1f600}/", &[1, 2][..]));
         assert_eq!((records[0].gbps, records[0].of_copy), (1000.0, 0.25));
+    }
+
+    /// A header may lack fields or have new ones; a run may lack its header.
+    #[test]
+    fn parse_reads_partial_headers() {
+        let good = r#"{"op": "a", "dtype": "f32", "shape": "[4]", "micros": 1, "gbps": 2, "of_copy": 3}"#;
+        let runs =
+            parse(&format!(r#"{{"run": {{"gpu": "H200", "new": [1]}}, "records": [{good}], "later": 1}}"#)).unwrap();
+        assert_eq!((runs.len(), runs[0].header.gpu.as_str(), runs[0].header.date.as_str()), (1, "H200", ""));
+        let runs = parse(&format!(r#" {{"records": [{good}]}}"#)).unwrap();
+        assert_eq!((runs[0].header.clone(), runs[0].records.len()), (Header::default(), 1));
+        let runs =
+            parse(&format!(r#"{{"runs": [{{"records": []}}, {{"run": {{"date": "d"}}, "records": [{good}]}}]}}"#));
+        let runs = runs.unwrap();
+        assert_eq!((runs.len(), runs[1].header.date.as_str(), runs[1].records.len()), (2, "d", 1));
     }
 
     #[test]
@@ -647,7 +991,6 @@ mod tests {
         assert!(parse(&format!("[{good}]")).is_ok());
         let bad = [
             String::new(),
-            "{}".into(),
             format!("[{good},]"),
             format!("[{good}] x"),
             format!("[{good}{good}]"),
@@ -670,33 +1013,110 @@ mod tests {
             good.replace("\"a\"", "\"\\udc00\""),
             good.replace("\"a\"", "\"a\nb\""),
             good.replace("\"dtype\": \"f32\"", "\"op\": \"f32\""),
+            format!(r#"{{"run": {{"date": 7}}, "records": [{good}]}}"#),
+            format!(r#"{{"run": {{"peers": {{"torch": 2}}}}, "records": [{good}]}}"#),
+            format!(r#"{{"records": [{good}], "records": []}}"#),
+            r#"{"runs": [{"run": {}}]}"#.into(),
+            format!(r#"{{"runs": {good}}}"#),
+            "{".into(),
+            "7".into(),
         ];
         for text in bad {
-            let text = if text.starts_with('{') { format!("[{text}]") } else { text };
+            let text = if text.starts_with("{\"op\"") { format!("[{text}]") } else { text };
             let error = parse(&text).expect_err(&text).to_string();
-            assert!(error.contains(" at line "), "{error}");
+            assert!(error.contains(" at line "), "{text}: {error}");
         }
         let error = parse("[\n  {\"op\": 1}]").unwrap_err().to_string();
         assert_eq!(error, "invalid type: integer `1`, expected a string at line 2 column 10");
     }
 
+    /// An object that is neither one run nor several is an error naming the two forms.
+    #[test]
+    fn parse_rejects_an_object_of_neither_form() {
+        let good = r#"{"op": "a", "dtype": "f32", "shape": "[4]", "micros": 1, "gbps": 2, "of_copy": 3}"#;
+        for text in [
+            "{}".to_string(),
+            r#"{"run": {}}"#.into(),
+            r#"{"runs": [], "records": []}"#.into(),
+            format!(r#"{{"run": {{}}, "runs": [{{"records": [{good}]}}]}}"#),
+        ] {
+            let error = parse(&text).expect_err(&text).to_string();
+            assert!(error.contains("\"runs\" (several)"), "{text}: {error}");
+        }
+    }
+
     #[test]
     fn every_truncation_is_an_error() {
-        let end = SAMPLE.rfind(']').unwrap();
-        for cut in (0..=end).filter(|&cut| SAMPLE.is_char_boundary(cut)) {
-            assert!(parse(&SAMPLE[..cut]).is_err(), "accepted a document cut at byte {cut}");
+        let one = to_json(&[Run { header: header("2026-11-27"), records: sample() }]).unwrap();
+        for doc in [SAMPLE, one.as_str()] {
+            let end = doc.rfind([']', '}']).unwrap();
+            for cut in (0..=end).filter(|&cut| doc.is_char_boundary(cut)) {
+                assert!(parse(&doc[..cut]).is_err(), "accepted a document cut at byte {cut}");
+            }
         }
     }
 
     #[test]
     fn corrupted_bytes_never_panic() {
-        for (at, _) in SAMPLE.char_indices() {
-            for junk in ["", "\"", "\\", "{", "}", "[", "]", ",", ":", "0", "-", "e", "é", "\\u", "\\ud800"] {
-                let next = SAMPLE[at..].chars().next().map_or(0, char::len_utf8);
-                let text = format!("{}{junk}{}", &SAMPLE[..at], &SAMPLE[at + next..]);
-                let _ = parse(&text);
+        let several = to_json(&[Run { header: header("d"), records: sample()[..3].to_vec() }, Run::default()]).unwrap();
+        for doc in [SAMPLE, several.as_str()] {
+            for (at, _) in doc.char_indices() {
+                for junk in ["", "\"", "\\", "{", "}", "[", "]", ",", ":", "0", "-", "e", "é", "\\u", "\\ud800"] {
+                    let next = doc[at..].chars().next().map_or(0, char::len_utf8);
+                    let text = format!("{}{junk}{}", &doc[..at], &doc[at + next..]);
+                    let _ = parse(&text);
+                }
             }
         }
+    }
+
+    #[test]
+    fn utc_dates_are_the_calendar_s() {
+        assert_eq!(utc_date(0), "1970-01-01");
+        assert_eq!(utc_date(86_399), "1970-01-01");
+        assert_eq!(utc_date(951_782_400), "2000-02-29");
+        assert_eq!(utc_date(951_868_800), "2000-03-01");
+        assert_eq!(utc_date(1_709_164_800), "2024-02-29");
+        assert_eq!(utc_date(1_798_761_599), "2026-12-31");
+        assert_eq!(utc_date(1_798_761_600), "2027-01-01");
+        assert_eq!(utc_date(4_107_542_400), "2100-03-01", "2100 is no leap year");
+        // Every day from 1970 to 2400 follows the one before.
+        let mut previous = utc_date(0);
+        for day in 1..157_000u64 {
+            let date = utc_date(day * 86_400);
+            assert!(date > previous, "{previous} then {date}");
+            let (month, day_of_month): (u32, u32) = (date[5..7].parse().unwrap(), date[8..].parse().unwrap());
+            assert!((1..=12).contains(&month) && (1..=31).contains(&day_of_month), "{date}");
+            previous = date;
+        }
+    }
+
+    /// A later run's rows replace an earlier run's at the same op, dtype and shape, peers and
+    /// all, and only there.
+    #[test]
+    fn a_section_keeps_the_newest_row_of_each_shape() {
+        let old = with_peers();
+        let newer: Vec<Record> = sample()
+            .into_iter()
+            .filter(|r| r.dtype == "f16" && r.shape == [49152, 1024])
+            .map(|r| Record { gbps: r.gbps + 1.0, ..r })
+            .collect();
+        assert_eq!(newer.len(), 2, "the copy and softmax");
+        let s = section(vec![
+            Run { header: header("2026-11-24"), records: old.clone() },
+            Run { header: Header { gpu: String::new(), ..header("2026-11-27") }, records: newer.clone() },
+        ]);
+        assert_eq!(s.records.len(), s.run_of.len());
+        assert_eq!(s.records.len(), old.len() - 4 + 2, "the old copy, softmax and both of its peers went");
+        for (r, &run) in s.records.iter().zip(&s.run_of) {
+            let replaced = r.dtype == "f16" && r.shape == [49152, 1024];
+            assert_eq!(run, usize::from(replaced), "{r:?}");
+            assert!(!replaced || is_rill(&r.implementation), "{r:?}");
+        }
+        assert!(s.records.iter().any(|r| r.implementation == "Liger" && r.dtype == "f32"));
+        assert_eq!((s.gpu(), s.title().as_str()), ("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3: sample"));
+        let unnamed = section(vec![Run::default()]);
+        assert_eq!((unnamed.gpu(), unnamed.title().as_str(), unnamed.records.len()), ("", "sample", 0));
     }
 
     /// Checks that every element opened is closed in order and that every '&' starts an
@@ -772,26 +1192,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn markdown_has_a_row_per_shape() {
-        let text = markdown(&sample(), "NVIDIA H100", "2026-11-22");
-        assert!(text.starts_with("Measured 2026-11-22 on NVIDIA H100"));
-        let gelu = text.find("### gelu").unwrap();
-        let softmax = text.find("### softmax").unwrap();
-        assert!(gelu < softmax, "elementwise ops first");
-        assert!(!text.contains("### copy"));
-        for row in ["| 2^16 | 106 (121.8%) | - |", "| 2^24 | 2744 (98.4%) | 2506 (92.8%) |"] {
-            assert!(text.contains(row), "{row}\n{text}");
-        }
-        assert!(!text[gelu..softmax].contains("path"), "gelu has no paths");
-        for shape in ["| 49152 × 32 |", "| 49152 × 1024 |", "| 4096 × 65536 |"] {
-            assert_eq!(text.matches(shape).count(), 1, "{shape}\n{text}");
-        }
-        assert!(text.contains("| f32: warp path: 32 lanes/row; f16: warp path: 32 lanes/row, pack 8 |"));
-        let last = text.lines().last().unwrap();
-        assert_eq!(last, "Weakest per op: gelu f16 2^24 at 92.8% of copy; softmax f32 4096 × 65536 at 70.0% of copy.");
-    }
-
     /// The sample with two peers at some of softmax's shapes: Liger ahead at f16 49152 × 1024.
     fn with_peers() -> Vec<Record> {
         let mut records = sample();
@@ -807,25 +1207,152 @@ mod tests {
     }
 
     #[test]
-    fn peers_get_a_table_per_op_and_the_shapes_rill_is_behind() {
-        let text = markdown(&with_peers(), "NVIDIA H100", "2026-11-24");
-        assert!(!text.contains("#### gelu"), "an op without peers has no peer table");
-        let peers = text.find("#### softmax against the peers (GB/s)").expect(&text);
-        assert!(text[peers..].contains("| shape | dtype | rill | Liger | torch.compile | best peer | rill / best |"));
-        for row in [
-            "| 49152 × 1024 | f16 | 2138 | 2500 | 1200 | 2500 | 0.86 |",
-            "| 49152 × 1024 | f32 | 2939 | 2000 | - | 2000 | 1.47 |",
-        ] {
-            assert!(text[peers..].contains(row), "{row}\n{text}");
-        }
-        assert!(text[peers..].contains("| 49152 × 32 | f32 | 1634 | - | - | - | - |"), "{text}");
-        // The dtype tables and the weakest line stay rill's own.
-        assert!(text.contains("| 49152 × 1024 | 2939 (99.1%) | 2138 (74.4%) |"), "{text}");
+    fn the_report_names_its_command_sections_and_runs() {
+        let s = section(vec![Run { header: header("2026-11-22"), records: sample() }]);
+        let text = markdown(&[s], "rill-bench --from-json x.json --perf `P`");
+        assert!(text.starts_with("Generated by `rill-bench --from-json x.json --perf 'P'`. "), "{text}");
+        assert!(text.contains("\nSections:\n- NVIDIA H100 80GB HBM3: sample: 1 run, 2026-11-22; rill.\n"), "{text}");
         assert!(
-            text.contains("Weakest per op: gelu f16 2^24 at 92.8% of copy; softmax f32 4096 × 65536 at 70.0% of copy.")
+            text.contains("\n## NVIDIA H100 80GB HBM3: sample\n\nRun:\n\n1. 2026-11-22, commit abc1234, "),
+            "{text}"
         );
-        assert_eq!(text.lines().last().unwrap(), "Behind the best peer: softmax f16 49152 × 1024 (0.86x).");
-        assert!(!markdown(&sample(), "H100", "today").contains("Behind the best peer"));
+        let run = "NVIDIA H100 80GB HBM3 (132 SMs, 50 MB L2, DRAM 3.35 TB/s peak), driver 580.159.04, CUDA 13.0; \
+                   no peers (7 rows)\n";
+        assert!(text.contains(run), "{text}");
+        let unknown = markdown(&[section(vec![Run { header: Header::default(), records: sample() }])], "c");
+        assert!(
+            unknown.contains("\n## sample\n\nRun:\n\n1. date unknown, commit unknown; no peers (7 rows)\n"),
+            "{unknown}"
+        );
+    }
+
+    #[test]
+    fn markdown_has_a_row_per_shape_and_dtype() {
+        let text = markdown(&[section(vec![Run { header: header("2026-11-22"), records: sample() }])], "c");
+        let gelu = text.find("### gelu").unwrap();
+        let softmax = text.find("### softmax").unwrap();
+        assert!(gelu < softmax, "elementwise ops first");
+        assert!(!text.contains("### copy"));
+        assert!(text[gelu..softmax].contains("| shape | dtype | GB/s | % of copy |\n|---|---|---:|---:|\n"), "no path");
+        let rows = "| 2^16 | f32 | 106 | 121.8 |\n| 2^24 | f32 | 2744 | 98.4 |\n| 2^24 | f16 | 2506 | 92.8 |\n";
+        assert!(text[gelu..softmax].contains(rows), "{text}");
+        assert!(text[softmax..].contains("| shape | dtype | GB/s | % of copy | path |\n|---|---|---:|---:|---|\n"));
+        let rows = [
+            "| 49152 × 32 | f32 | 1634 | 96.2 | warp path: 4 lanes/row \"x\" \\ é\t |",
+            "| 49152 × 1024 | f32 | 2939 | 99.1 | warp path: 32 lanes/row |",
+            "| 49152 × 1024 | f16 | 2138 | 74.4 | warp path: 32 lanes/row, pack 8 |",
+            "| 4096 × 65536 | f32 | 2100 | 70.0 | uncached path |",
+        ];
+        assert!(text[softmax..].contains(&rows.join("\n")), "sorted by rows, width, dtype:\n{text}");
+        assert!(!text.contains("| run |"), "one run: no run column");
+    }
+
+    #[test]
+    fn the_list_names_where_rill_is_under_90_percent_of_copy() {
+        let mut records = sample();
+        // Launch-bound (its copy under 10 µs) and a reference row: both under 90%, neither listed.
+        records[7].of_copy = 0.5;
+        let ladder = Record { op: "rms_norm_ladder/warp_strided".into(), of_copy: 0.3, ..records[9].clone() };
+        let chain = Record { op: "dequantize_then_softmax".into(), of_copy: 0.3, ..records[9].clone() };
+        records.extend([ladder, chain]);
+        let text = markdown(&[section(vec![Run { header: header("d"), records }])], "c");
+        let list = &text[text.find("### Where rill is behind").unwrap()..text.find("### gelu").unwrap()];
+        assert!(list.contains("Rows under 0.98 of the best peer or under 90% of copy (left out: rows whose copy"));
+        let softmax = "- `softmax`: under 90% of copy: f32 4096 × 65536 (70.0%); f16 49152 × 1024 (74.4%).\n";
+        assert!(list.contains(softmax), "{list}");
+        assert_eq!(list.matches("\n- ").count(), 1, "{list}");
+        assert!(text.contains("### rms_norm_ladder/warp_strided"), "references keep their tables");
+        let fast: Vec<Record> = sample().into_iter().map(|r| Record { of_copy: 1.0, ..r }).collect();
+        let text = markdown(&[section(vec![Run { header: header("d"), records: fast }])], "c");
+        assert!(
+            text.contains("bandwidth, and rows that compare rather than run one of rill's ops).\n\nNone.\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn peers_get_columns_and_the_shapes_rill_is_behind() {
+        let mut versions = header("2026-11-24");
+        versions.peers = BTreeMap::from([
+            ("QuACK".into(), "0.6.5".into()),
+            ("torch".into(), "2.11.0+cu130".into()),
+            ("Liger".into(), "0.8.5".into()),
+            ("zeta".into(), "1".into()),
+            ("triton".into(), "3.6.0".into()),
+        ]);
+        let text = markdown(&[section(vec![Run { header: versions, records: with_peers() }])], "c");
+        assert!(
+            text.contains("; PyTorch 2.11.0+cu130, Triton 3.6.0, Liger 0.8.5, QuACK 0.6.5, zeta 1 (7 rows)"),
+            "{text}"
+        );
+        assert!(text.contains("- NVIDIA H100 80GB HBM3: sample: 1 run, 2026-11-24; rill, Liger, torch.compile.\n"));
+        let gelu = text.find("### gelu").unwrap();
+        let softmax = text.find("### softmax").unwrap();
+        assert!(!text[gelu..softmax].contains("best peer"), "an op without peers has no peer columns");
+        let head =
+            "| shape | dtype | GB/s | % of copy | best peer | rill / best | path |\n|---|---|---:|---:|---|---:|---|\n";
+        assert!(text[softmax..].contains(head), "{text}");
+        for row in [
+            "| 49152 × 32 | f32 | 1634 | 96.2 | - | - | warp path",
+            "| 49152 × 1024 | f32 | 2939 | 99.1 | Liger 2000 | 1.47 | warp path: 32 lanes/row |",
+            "| 49152 × 1024 | f16 | 2138 | 74.4 | Liger 2500 | 0.86 | warp path: 32 lanes/row, pack 8 |",
+        ] {
+            assert!(text[softmax..].contains(row), "{row}\n{text}");
+        }
+        assert!(!text[softmax..].contains("| Liger |"), "peers are not rows of their own");
+        let listed = "- `softmax`: behind the best peer: f16 49152 × 1024 (0.86x Liger); under 90% of copy: f32 4096 × 65536 \
+                      (70.0%); f16 49152 × 1024 (74.4%).\n";
+        assert!(text.contains(listed), "{text}");
+    }
+
+    /// Several runs: each listed with the rows it still gives, and each row's run in its table.
+    #[test]
+    fn several_runs_give_a_run_column() {
+        let newer: Vec<Record> = sample().into_iter().filter(|r| r.op == COPY || r.op == "gelu").collect();
+        let mut third = header("2026-11-28");
+        third.note = "the gelu rows | again.".into();
+        let runs =
+            vec![Run { header: header("2026-11-27"), records: with_peers() }, Run { header: third, records: newer }];
+        let text = markdown(&[section(runs)], "c");
+        assert!(text.contains(
+            "- NVIDIA H100 80GB HBM3: sample: 2 runs, 2026-11-27 to 2026-11-28; rill, Liger, torch.compile.\n"
+        ));
+        assert!(
+            text.contains("Runs, oldest first; a run's rows replace an earlier run's at the same op, dtype and shape")
+        );
+        assert!(text.contains("1. 2026-11-27, commit abc1234, "), "{text}");
+        assert!(
+            text.contains("; no peers (4 rows)\n2. 2026-11-28, "),
+            "softmax's four rows stay the first run's:\n{text}"
+        );
+        assert!(text.contains("; no peers. the gelu rows \\| again (3 rows)\n"), "{text}");
+        assert!(text.contains("| 2^24 | f16 | 2506 | 92.8 | 2 |"), "{text}");
+        assert!(text.contains(
+            "| 49152 × 1024 | f16 | 2138 | 74.4 | Liger 2500 | 0.86 | warp path: 32 lanes/row, pack 8 | 1 |"
+        ));
+        assert!(text.contains("| shape | dtype | GB/s | % of copy | best peer | rill / best | path | run |\n"));
+    }
+
+    /// Sections follow one another in the order given, each with its own list and tables.
+    #[test]
+    fn each_record_file_is_a_section() {
+        let h200 = Header { gpu: "NVIDIA H200".into(), ..header("2026-11-28") };
+        let sections = [
+            Section::new("sweep-h100", vec![Run { header: header("2026-11-27"), records: sample() }]),
+            Section::new("peers-h200", vec![Run { header: h200, records: with_peers() }]),
+        ];
+        let text = markdown(&sections, "c");
+        let first = text.find("\n## NVIDIA H100 80GB HBM3: sweep-h100\n").unwrap();
+        let second = text.find("\n## NVIDIA H200: peers-h200\n").unwrap();
+        assert!(first < second);
+        assert!(text.contains(
+            "Sections:\n- NVIDIA H100 80GB HBM3: sweep-h100: 1 run, 2026-11-27; rill.\n- NVIDIA H200: \
+                               peers-h200: 1 run, 2026-11-28; rill, Liger, torch.compile.\n"
+        ));
+        assert_eq!(text.matches("### Where rill is behind").count(), 2);
+        assert!(!text[first..second].contains("best peer |"), "{text}");
+        assert!(text[second..].contains("best peer |"));
+        assert_eq!(markdown(&[], "c").matches("##").count(), 0);
     }
 
     #[test]
