@@ -919,13 +919,24 @@ mod tests {
         assert_eq!(parse(&to_json(&[]).unwrap()).unwrap(), []);
     }
 
-    /// The committed record files load, and survive a write and a read.
+    /// The committed record files load, every run with its date, commit and GPU, and read
+    /// back as rill-bench writes them.
     #[test]
     fn committed_records_round_trip() {
-        for json in [include_str!("../../docs/bench-h100.json"), include_str!("../../docs/elementwise-h100.json")] {
+        let files = [
+            include_str!("../../docs/records/sweep-h100.json"),
+            include_str!("../../docs/records/small-shapes-h100.json"),
+            include_str!("../../docs/records/peers-h100.json"),
+            include_str!("../../docs/records/peers-h200.json"),
+        ];
+        for json in files {
             let runs = parse(json).unwrap();
-            assert!(runs.iter().map(|run| run.records.len()).sum::<usize>() > 100);
-            assert_eq!(parse(&to_json(&runs).unwrap()).unwrap(), runs);
+            for run in &runs {
+                let Header { date, commit, gpu, .. } = &run.header;
+                assert!(!date.is_empty() && !commit.is_empty() && !gpu.is_empty(), "{:?}", run.header);
+                assert!(!run.records.is_empty());
+            }
+            assert_eq!(to_json(&runs).unwrap(), json);
         }
     }
 
