@@ -585,14 +585,19 @@ fn write_section(out: &mut String, section: &Section) {
     if section.runs.len() > 1 {
         out.push_str(
             "Runs, oldest first; a run's rows replace an earlier run's at the same op, dtype and shape \
-             (the tables' last column):\n\n",
+             (the tables' last column), and its GPU, driver and peers are the run before's unless named:\n\n",
         );
     } else {
         out.push_str("Run:\n\n");
     }
     for (index, header) in section.runs.iter().enumerate() {
         let rows = section.run_of.iter().zip(&section.records).filter(|(run, r)| **run == index && is_measure(r));
-        let _ = writeln!(out, "{}. {} ({} rows)", index + 1, describe_run(header), rows.count());
+        let rows = match rows.count() {
+            1 => "1 row".to_string(),
+            n => format!("{n} rows"),
+        };
+        let before = index.checked_sub(1).map(|i| &section.runs[i]);
+        let _ = writeln!(out, "{}. {} ({rows})", index + 1, describe_run(header, before));
     }
     behind_list(out, section);
     for op in ops(&section.records) {
@@ -601,20 +606,26 @@ fn write_section(out: &mut String, section: &Section) {
     }
 }
 
-/// A run's header in one line: date, commit, GPU and its limits, driver, peers, note.
-fn describe_run<'a>(header: &'a Header) -> String {
+/// A run's header in one line: date, commit, GPU and its limits, driver, peers, note; the
+/// GPU, driver and peers only where they differ from the run `before`'s.
+fn describe_run<'a>(header: &'a Header, before: Option<&Header>) -> String {
     let or = |text: &'a str, unknown: &'a str| if text.is_empty() { unknown } else { text };
     let mut line = format!("{}, commit {}", or(&header.date, "date unknown"), or(&header.commit, "unknown"));
-    if !header.gpu.is_empty() {
-        let _ = write!(line, ", {}", header.gpu);
+    let new = |field: fn(&Header) -> &str| before.is_none_or(|before| field(before) != field(header));
+    if new(|h| &h.gpu) || new(|h| &h.device) {
+        if !header.gpu.is_empty() {
+            let _ = write!(line, ", {}", header.gpu);
+        }
+        if !header.device.is_empty() {
+            let _ = write!(line, " ({})", header.device);
+        }
     }
-    if !header.device.is_empty() {
-        let _ = write!(line, " ({})", header.device);
-    }
-    if !header.driver.is_empty() {
+    if !header.driver.is_empty() && new(|h| &h.driver) {
         let _ = write!(line, ", driver {}", header.driver);
     }
-    let _ = write!(line, "; {}", peer_versions(&header.peers));
+    if before.is_none_or(|before| before.peers != header.peers) {
+        let _ = write!(line, "; {}", peer_versions(&header.peers));
+    }
     if !header.note.is_empty() {
         let _ = write!(line, ". {}", header.note.trim_end_matches('.'));
     }
@@ -700,24 +711,21 @@ fn behind_list(out: &mut String, section: &Section) {
 }
 
 /// "f32 49152 × 32 (65.1%), 49152 × 64 (77.3%); bf16 ...": `cell` of each record it gives
-/// one for, grouped by dtype in order of appearance, shapes sorted within a dtype.
+/// one for, grouped by dtype in order of appearance, the shapes of a dtype in the tables' order.
 fn by_dtype(records: &[&Record], cell: impl Fn(&Record) -> Option<String>) -> String {
+    let groups = distinct(records.iter().map(|r| leading(r)));
+    let order = |r: &Record| (groups.iter().position(|g| *g == leading(r)), extent(r));
     let dtypes = distinct(records.iter().map(|r| r.dtype.as_str()));
-    let groups: Vec<String> = dtypes
+    let parts: Vec<String> = dtypes
         .into_iter()
         .filter_map(|dtype| {
             let mut mine: Vec<&Record> = records.iter().copied().filter(|r| r.dtype == dtype).collect();
-            mine.sort_by(|a, b| shape_order(&a.shape).cmp(&shape_order(&b.shape)));
+            mine.sort_by_key(|r| order(r));
             let cells: Vec<String> = mine.into_iter().filter_map(&cell).collect();
             (!cells.is_empty()).then(|| format!("{} {}", escape_markdown(dtype), cells.join(", ")))
         })
         .collect();
-    groups.join("; ")
-}
-
-/// Shapes in reading order: by their leading dimensions, then the last.
-fn shape_order(shape: &[usize]) -> (&[usize], usize) {
-    (&shape[..shape.len().saturating_sub(1)], shape.last().copied().unwrap_or(0))
+    parts.join("; ")
 }
 
 /// "### op", then a row per shape and dtype: shapes grouped by rows (in order of appearance)
@@ -1336,12 +1344,28 @@ mod tests {
             text.contains("; no peers (4 rows)\n2. 2026-11-28, "),
             "softmax's four rows stay the first run's:\n{text}"
         );
-        assert!(text.contains("; no peers. the gelu rows \\| again (3 rows)\n"), "{text}");
+        assert!(text.contains("\n2. 2026-11-28, commit abc1234. the gelu rows \\| again (3 rows)\n"), "{text}");
         assert!(text.contains("| 2^24 | f16 | 2506 | 92.8 | 2 |"), "{text}");
         assert!(text.contains(
             "| 49152 × 1024 | f16 | 2138 | 74.4 | Liger 2500 | 0.86 | warp path: 32 lanes/row, pack 8 | 1 |"
         ));
         assert!(text.contains("| shape | dtype | GB/s | % of copy | best peer | rill / best | path | run |\n"));
+    }
+
+    /// A run names its GPU, driver and peers where they differ from the run before's.
+    #[test]
+    fn runs_name_what_changed() {
+        let one: Vec<Record> = sample().into_iter().filter(|r| r.op == COPY || r.op == "gelu").take(2).collect();
+        let mut h200 = Header { gpu: "NVIDIA H200".into(), driver: "590.1".into(), ..header("2026-11-28") };
+        h200.peers = BTreeMap::from([("torch".into(), "2.11".into())]);
+        let runs = vec![
+            Run { header: header("2026-11-27"), records: sample() },
+            Run { header: Header { driver: "590.1".into(), ..header("2026-11-27") }, records: sample() },
+            Run { header: h200, records: one },
+        ];
+        let text = markdown(&[section(runs)], "c");
+        assert!(text.contains("\n2. 2026-11-27, commit abc1234, driver 590.1 (6 rows)\n"), "{text}");
+        assert!(text.contains("\n3. 2026-11-28, commit abc1234, NVIDIA H200 (132 SMs, 50 MB L2, DRAM 3.35 TB/s peak); PyTorch 2.11 (1 row)\n"), "{text}");
     }
 
     /// Sections follow one another in the order given, each with its own list and tables.
