@@ -13,7 +13,7 @@ use crate::launch::{LaunchConfig, launch};
 use crate::module::Kernel;
 use crate::norm::{NormKind, NormParts};
 use crate::ops::elementwise::launch_over;
-use crate::ops::rows::{FamilyIndex, RowCall, RowKernels, RowPlans, rows_cols};
+use crate::ops::rows::{FamilyIndex, OpClass, RowCall, RowKernels, RowPlans, RowSpec, rows_cols};
 use crate::softmax::{PathKind, Plan};
 use crate::tensor::{AsViewMut, Element, View};
 use crate::{DType, Stream};
@@ -282,6 +282,19 @@ impl<'m> FusedRows<'m> {
         FusedRows { module, name: name.to_string(), index, facts, force: None }
     }
 
+    /// The row engine's description of the family, from the facts its kernels declare: its
+    /// cache's exact dtype (and whether each read of it transforms it) and its widest pack.
+    /// Rows always start at their first element.
+    fn spec(&self) -> RowSpec {
+        let FusedFacts { pack, cache_bytes_per_col, transforms, .. } = self.facts;
+        RowSpec {
+            widest: pack as usize,
+            cache_bytes_per_col,
+            cache_transformed: transforms != 0,
+            ..RowSpec::rows_of(OpClass::Fused, cache_bytes_per_col)
+        }
+    }
+
     /// A call of these kernels over `rows x cols` with `args`, whose functors access
     /// `arrays` along the rows.
     fn call<'c, A: RowArgs>(
@@ -294,10 +307,7 @@ impl<'m> FusedRows<'m> {
         let op = self.name.as_str();
         rows_cols(op, &[rows, cols])?;
         let kernels = RowKernels::Fused { module: self.module, name: op, index: self.index };
-        let mut call =
-            RowCall::over(stream, op, kernels, (rows, cols), self.facts.pack as usize, args, self.force, true);
-        call.problem.cache_bytes_per_col = self.facts.cache_bytes_per_col;
-        call.problem.cache_transformed = self.facts.transforms != 0;
+        let mut call = RowCall::over(stream, op, kernels, self.spec(), (rows, cols), args, self.force, true);
         call.arrays = arrays.iter().map(|a| (a.address, a.element_bytes)).collect();
         Ok(call)
     }
@@ -398,7 +408,8 @@ impl<E: Copy, G: Element> FusedNorm<'_, E, G> {
     ) -> Result<Plan> {
         let args = FusedArgs { op: NormArgs { eps, ..NormArgs::default() }, extra };
         let mut call = self.rows.call(stream, (rows, cols), arrays, args)?;
-        call.column_bytes = parts.fill(&self.rows.name, kind, (rows, cols), &mut call.args.op, &mut call.columns)?;
+        call.spec.column_bytes =
+            parts.fill(&self.rows.name, kind, (rows, cols), &mut call.args.op, &mut call.columns)?;
         call.run()
     }
 }

@@ -22,25 +22,9 @@
 
 pub use super::rows::dispatch::{Path, PathKind, Plan};
 
-/// Widest row the backward gives the warp path. Its 32-element tier holds x and dy (64
-/// registers of row) and ran at 65-70% of copy at 1024 columns on the H100, where the
-/// shared path reached 86-100%.
-const BACKWARD_WARP_MAX_COLS: usize = 512;
-
-/// Widest f32 row the forwards without a residual give the warp path. Measured on the H100
-/// (49152 rows, % of copy, warp path against the shared path it then takes):
-/// - 768-1024 columns: `layer_norm` 95.9-96.5 against 98.4-99.2, `rms_norm` 96.6-97.3
-///   against 98.7-99.0;
-/// - 1001 columns (rows from their heads on the shared path, pack 1 on the warp path):
-///   `layer_norm` 66.0 against 85.4, `rms_norm` 68.1 against 92.8;
-/// - 600 columns: `layer_norm` 95.2 against 91.1, so below this width the warp path stays.
-///
-/// The residual-add forwards were level on either path (within 0.3 points), and 16-bit rows
-/// lose 4-14 points on the shared path at 1024 columns.
-const F32_FORWARD_WARP_MAX_COLS: usize = 640;
 use super::columns::{ColumnSumArgs, sum_chunks, sum_columns};
 use super::rows::dispatch::gathers_columns;
-use super::rows::{ColumnArrays, LibraryKernels, Prepared, RowCall, check_aligned, same_shape};
+use super::rows::{ColumnArrays, LibraryKernels, OpClass, Prepared, RowCall, RowSpec, check_aligned, same_shape};
 use super::{Span, Spans, check_disjoint};
 use crate::Stream;
 use crate::error::{Error, Result, invalid};
@@ -479,8 +463,20 @@ impl Norm {
         let dtypes = (T::DTYPE, U::DTYPE, G::DTYPE);
         let args = NormArgs { input: call.x.address(), output: call.y.address(), eps, ..NormArgs::default() };
         let kernels = LibraryKernels::Norm { kind: kernel_kind, dtypes }.into();
-        let mut row = RowCall::new(stream, op, kernels, &call.x, args, self.force, !self.plan_only)?;
-        let (rows, cols) = (row.problem.rows, row.problem.cols);
+        let class = if call.residual.is_some() { OpClass::AddNorm } else { OpClass::Norm };
+        // The shared path caches x as its own dtype (a residual sum is rounded to it). Rows
+        // run from their heads where their arrays share an offset and an element size (odd
+        // widths; `RowCall::run` checks both): the phased kernels read the weight and bias
+        // from shifted copies. The residual add fills its cache through registers, and
+        // gains more from L1 for gamma and beta than from resident blocks.
+        let spec = RowSpec {
+            widest: max_pack(size_of::<T>(), size_of::<U>()),
+            columns_before_blocks: call.residual.is_some(),
+            runs_from_heads: true,
+            ..RowSpec::rows_of(class, size_of::<T>() as u32)
+        };
+        let mut row = RowCall::new(stream, op, kernels, spec, &call.x, args, self.force, !self.plan_only)?;
+        let (rows, cols) = (row.rows, row.cols);
         same_shape(op, "the output", call.y.shape(), call.x.shape())?;
         if !has_kernels(kernel_kind, dtypes) {
             return Err(Error::Unsupported(format!(
@@ -491,7 +487,6 @@ impl Norm {
                 G::DTYPE.name()
             )));
         }
-        row.widest = max_pack(size_of::<T>(), size_of::<U>());
         row.arrays.push((call.y.address(), size_of::<U>()));
         if let Some((residual, sum)) = &call.residual {
             same_shape(op, "the residual", residual.shape(), call.x.shape())?;
@@ -501,9 +496,7 @@ impl Norm {
             row.args.sum = sum.address();
         }
         let parts = NormParts { params: Params { weight, bias }, mean: call.mean, rstd: call.rstd };
-        // The shared path caches x as its own dtype, as the call's default has it (a residual
-        // sum is rounded to it).
-        row.column_bytes = parts.fill(op, kind, (rows, cols), &mut row.args, &mut row.columns)?;
+        row.spec.column_bytes = parts.fill(op, kind, (rows, cols), &mut row.args, &mut row.columns)?;
         let mut reads = Spans::from_iter([Span::of("the input", &call.x)]);
         let mut writes = Spans::from_iter([Span::of("the output", &call.y)]);
         if let Some((residual, sum)) = &call.residual {
@@ -512,16 +505,6 @@ impl Norm {
         }
         parts.spans(&mut reads, &mut writes);
         check_disjoint(op, &reads, &writes, false)?;
-        // Rows run from their heads where their arrays share an offset and an element size
-        // (odd widths; `RowCall::run` checks both): the phased kernels read the weight and
-        // bias from shifted copies.
-        row.phased = true;
-        // The residual add fills its cache through registers (it also writes the sum);
-        // measured, it gains more from L1 for gamma and beta than from resident blocks.
-        row.columns_before_blocks = call.residual.is_some();
-        if call.residual.is_none() && T::DTYPE == DType::F32 {
-            row.problem.warp_max_cols = F32_FORWARD_WARP_MAX_COLS;
-        }
         launch_reading_copies::<G>(stream, op, row.prepare()?)
     }
 
@@ -565,8 +548,19 @@ impl Norm {
             ..NormArgs::default()
         };
         let kernels = LibraryKernels::Norm { kind: NormKernelKind::Backward, dtypes }.into();
-        let mut row = RowCall::new(stream, op, kernels, &call.x, args, self.force, !self.plan_only)?;
-        let (rows, cols) = (row.problem.rows, row.problem.cols);
+        // x and dy cached as they are (normalized and scaled as they are read), dy scaled by
+        // the weight on every read of its cache. Rows run from their heads where x, dy and
+        // dx share an offset (odd widths): the phased kernels read the weight from shifted
+        // copies.
+        let spec = RowSpec {
+            cache_bytes_per_col: 2 * size_of::<T>() as u32,
+            passes_column_bytes: if weight.is_some() { size_of::<G>() as u32 } else { 0 },
+            column_bytes: column_bytes(&weight, &None),
+            runs_from_heads: true,
+            ..RowSpec::rows_of(OpClass::NormBackward, size_of::<T>() as u32)
+        };
+        let mut row = RowCall::new(stream, op, kernels, spec, &call.x, args, self.force, !self.plan_only)?;
+        let (rows, cols) = (row.rows, row.cols);
         same_shape(op, "dy", call.dy.shape(), call.x.shape())?;
         same_shape(op, "dx", call.dx.shape(), call.x.shape())?;
         if !has_kernels(NormKernelKind::Backward, dtypes) {
@@ -588,12 +582,7 @@ impl Norm {
         if let Some(weight) = &weight {
             row.args.gamma = column(op, "the weight", weight, cols)?;
             row.columns.push((row.args.gamma, size_of::<G>()));
-            // dy is scaled by the weight on every read of its cache.
-            row.problem.passes_column_bytes = size_of::<G>() as u32;
         }
-        // Rows run from their heads where x, dy and dx share an offset (odd widths): the
-        // phased kernels read the weight from shifted copies.
-        row.phased = true;
         if dbias.is_some() && kind == NormKind::RmsNorm {
             invalid!("`{op}` has no bias to differentiate");
         }
@@ -602,10 +591,6 @@ impl Norm {
                 column(op, what, grad, cols)?;
             }
         }
-        // x and dy as they are (normalized and scaled as they are read).
-        row.problem.cache_bytes_per_col = 2 * size_of::<T>() as u32;
-        row.problem.warp_max_cols = BACKWARD_WARP_MAX_COLS;
-        row.column_bytes = column_bytes(&weight, &None);
         // The parameter gradients gathered from the rows as dx reads them, where that
         // kernel has a path (`gathers_columns`): aligned rows on the warp path, or aligned
         // rows or rows run from their heads in one block's shared memory or a cluster's
@@ -618,14 +603,15 @@ impl Norm {
         };
         let wants_params = dweight.is_some() || dbias.is_some();
         let aligned = row.aligned();
+        let gathering = RowSpec { class: OpClass::NormBackwardParams, column_sums: sums, ..row.spec };
         let gathers = wants_params
             && self.force.is_none()
-            && (aligned || (cols > BACKWARD_WARP_MAX_COLS && row.shares_phase()))
-            && gathers_columns(&row.problem, sums, !aligned, row.stream.gpu().info());
+            && (aligned || (cols > row.warp_max_cols() && row.shares_phase()))
+            && gathers_columns(&gathering, cols, !aligned, row.stream.gpu().info());
         if gathers {
             row.ungathered = Some(row.kernels);
             row.kernels = LibraryKernels::Norm { kind: NormKernelKind::BackwardParams, dtypes }.into();
-            row.column_sums = sums;
+            row.spec = gathering;
         }
         let grad_args = NormParamGradArgs {
             rows: rows as u64,
@@ -757,6 +743,7 @@ fn param_grads<T: Element, G: Element>(stream: &Stream, op: &str, args: NormPara
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::rows::dispatch::warp_max_cols;
     use half::bf16;
 
     #[test]
@@ -790,12 +777,12 @@ mod tests {
                 let backward = key(NormKernelKind::Backward, pack).symbol().is_some();
                 assert_eq!(backward, dtypes.0 == dtypes.1, "{path:?} {dtypes:?}");
                 // The gathering backward on the paths its calls plan: the warp tiers of
-                // aligned rows up to BACKWARD_WARP_MAX_COLS, the shared and cluster paths, and
-                // their phased forms.
-                let gathers =
-                    RowPath::WARP.iter().any(|p| *p == path && 32 * path.warp_elements() <= BACKWARD_WARP_MAX_COLS)
-                        || matches!(path, RowPath::Shared | RowPath::Cluster)
-                        || (path.phased() && path != RowPath::UncachedPhased);
+                // aligned rows up to the backward's widest warp row, the shared and cluster
+                // paths, and their phased forms.
+                let warp_max_cols = warp_max_cols(&RowSpec::rows_of(OpClass::NormBackwardParams, 2));
+                let gathers = RowPath::WARP.iter().any(|p| *p == path && 32 * path.warp_elements() <= warp_max_cols)
+                    || matches!(path, RowPath::Shared | RowPath::Cluster)
+                    || (path.phased() && path != RowPath::UncachedPhased);
                 let params = key(NormKernelKind::BackwardParams, pack).symbol().is_some();
                 assert_eq!(params, gathers && backward, "{path:?} {dtypes:?}");
                 assert!(key(NormKernelKind::BackwardParams, 1).symbol().is_none());

@@ -10,7 +10,7 @@
 
 pub use super::rows::check_last_dim;
 pub use super::rows::dispatch::{Path, PathKind, Plan};
-use super::rows::{LibraryKernels, RowCall, check_aligned, rows_cols, same_shape};
+use super::rows::{LibraryKernels, OpClass, RowCall, RowSpec, check_aligned, rows_cols, same_shape};
 use crate::Stream;
 use crate::error::{DriverContext, Result, invalid};
 use crate::ops::{Span, check_disjoint};
@@ -79,8 +79,7 @@ impl Softmax {
         Softmax { plan_only: true, ..self }
     }
 
-    /// A call of `kind` over the rows of `x`, which every softmax kernel reads at the row it
-    /// works on (rows may run from their heads).
+    /// A call of `kind` over the rows of `x`.
     fn call<'a, T: Element>(
         &self,
         stream: &'a Stream,
@@ -90,9 +89,7 @@ impl Softmax {
     ) -> Result<RowCall<'a, SoftmaxArgs>> {
         let args = SoftmaxArgs { input: x.address(), ..SoftmaxArgs::default() };
         let kernels = LibraryKernels::Softmax { kind, dtype: T::DTYPE }.into();
-        let mut call = RowCall::new(stream, op, kernels, x, args, self.force, !self.plan_only)?;
-        call.phased = true;
-        Ok(call)
+        RowCall::new(stream, op, kernels, spec::<T>(kind), x, args, self.force, !self.plan_only)
     }
 
     /// `y = softmax(x)` over the last axis; `log` for log-softmax.
@@ -132,8 +129,6 @@ impl Softmax {
         call.args.second = dy.address();
         call.args.output = dx.address();
         call.args.log = log as u32;
-        call.problem.cache_bytes_per_col = 2 * size_of::<T>() as u32;
-        call.problem.cluster_held_packs = SOFTMAX_BACKWARD_HELD_PACKS as u32;
         let reads = [Span::of("the output", &y), Span::of("the output gradient", &dy)];
         check_disjoint(op, &reads, &[Span::of("the input gradient", &dx)], false)?;
         call.run()
@@ -160,7 +155,7 @@ impl Softmax {
         let op = "scaled_masked_softmax";
         let mut call = self.call(stream, op, SoftmaxKind::ScaleMask, &x)?;
         same_shape(op, "the output", y.shape(), x.shape())?;
-        let (rows, cols) = (call.problem.rows, call.problem.cols);
+        let (rows, cols) = (call.rows, call.cols);
         if rows as u64 > MASKED_MAX_ROWS {
             invalid!(
                 "`{op}`: the input has {rows} rows; it takes at most {MASKED_MAX_ROWS} (a row finds its mask row in 32 bits): split the rows over several calls"
@@ -177,10 +172,6 @@ impl Softmax {
         call.args.output = y.address();
         call.args.period = Divisor::new(mask_rows as u64);
         call.args.scale = scale;
-        // The block paths cache x as it is, adding the mask on every read of the cache (the
-        // f32 clusters cache the sum, in as many bytes).
-        call.problem.cache_transformed = true;
-        call.problem.cache_reads_memory = true;
         let reads = [Span::of("the input", &x), Span::of("the mask", &mask)];
         check_disjoint(op, &reads, &[Span::of("the output", &y)], false)?;
         let size = size_of::<T>();
@@ -191,16 +182,17 @@ impl Softmax {
             && mask.address() % PACK_BYTES as u64 == x.address() % PACK_BYTES as u64;
         let tiles = mask_tiles(mask_bytes);
         let tiled_bytes = tiles * mask_bytes;
-        if in_phase || cols <= call.problem.warp_max_cols || tiled_bytes > rows * cols * size / MASK_TILES_SHARE {
+        if in_phase || cols <= call.warp_max_cols() || tiled_bytes > rows * cols * size / MASK_TILES_SHARE {
             call.arrays.extend([(mask.address(), size), (y.address(), size)]);
-            call.phased = in_phase;
+            // A mask whose rows do not keep the input rows' offset is read at rows other
+            // than the one worked on.
+            call.spec.runs_from_heads = in_phase;
             return call.run();
         }
         // Else the mask is tiled into scratch `tiles` times, starting as far past 16 bytes
         // as x, so that its rows keep the input rows' offset: the planner then sees arrays
         // in one phase, with x standing in for the tiles' address.
         call.arrays.extend([(x.address(), size), (y.address(), size)]);
-        call.phased = true;
         call.args.period = Divisor::new((mask_rows * tiles) as u64);
         let mut prepared = call.prepare()?;
         if !prepared.launches() {
@@ -257,13 +249,12 @@ impl Softmax {
         let (logits, target, loss) = (logits.as_view(), target.as_view(), loss.as_view_mut());
         let op = "cross_entropy";
         let mut call = self.call(stream, op, SoftmaxKind::CrossEntropy, &logits)?;
-        same_shape(op, "the target", target.shape(), &[call.problem.rows])?;
-        same_shape(op, "the loss", loss.shape(), &[call.problem.rows])?;
+        same_shape(op, "the target", target.shape(), &[call.rows])?;
+        same_shape(op, "the loss", loss.shape(), &[call.rows])?;
         check_aligned(op, "the target", target.address(), 8)?;
         check_aligned(op, "the loss", loss.address(), 4)?;
         call.args.target = target.address();
         call.args.row_values = loss.address();
-        call.problem.reads_once = true;
         let reads = [Span::of("the logits", &logits), Span::of("the target", &target)];
         check_disjoint(op, &reads, &[Span::of("the loss", &loss)], false)?;
         call.run()
@@ -283,7 +274,6 @@ impl Softmax {
         same_shape(op, "the output", out.shape(), &x.shape()[..x.shape().len() - 1])?;
         check_aligned(op, "the output", out.address(), 4)?;
         call.args.row_values = out.address();
-        call.problem.reads_once = true;
         input_and_output_disjoint(op, &x, &out)?;
         call.run()
     }
@@ -301,8 +291,8 @@ impl Softmax {
             (logits.as_view(), target.as_view(), dloss.as_view(), dlogits.as_view_mut());
         let op = "cross_entropy_backward";
         let mut call = self.call(stream, op, SoftmaxKind::CrossEntropyBackward, &logits)?;
-        same_shape(op, "the target", target.shape(), &[call.problem.rows])?;
-        same_shape(op, "the loss gradient", dloss.shape(), &[call.problem.rows])?;
+        same_shape(op, "the target", target.shape(), &[call.rows])?;
+        same_shape(op, "the loss gradient", dloss.shape(), &[call.rows])?;
         same_shape(op, "the logits gradient", dlogits.shape(), logits.shape())?;
         check_aligned(op, "the target", target.address(), 8)?;
         check_aligned(op, "the loss gradient", dloss.address(), 4)?;
@@ -314,6 +304,33 @@ impl Softmax {
             [Span::of("the logits", &logits), Span::of("the target", &target), Span::of("the loss gradient", &dloss)];
         check_disjoint(op, &reads, &[Span::of("the logits gradient", &dlogits)], false)?;
         call.run()
+    }
+}
+
+/// The row engine's description of softmax `kind` over rows of `T`. Every kind reads its
+/// arrays at the row it works on, so rows may run from their heads (but the masked kind's
+/// where its mask's rows keep another offset: [`Softmax::scale_mask`]).
+fn spec<T: Element>(kind: SoftmaxKind) -> RowSpec {
+    let bytes = size_of::<T>() as u32;
+    let rows = |class| RowSpec { runs_from_heads: true, ..RowSpec::rows_of(class, bytes) };
+    match kind {
+        SoftmaxKind::Forward => rows(OpClass::Softmax),
+        // y and dy cached; the cluster kernel holds packs of both in registers.
+        SoftmaxKind::Backward => RowSpec {
+            cache_bytes_per_col: 2 * bytes,
+            cluster_held_packs: SOFTMAX_BACKWARD_HELD_PACKS as u32,
+            ..rows(OpClass::SoftmaxBackward)
+        },
+        // x cached as it is, the mask added on every read of the cache (the f32 clusters
+        // cache the sum, in as many bytes).
+        SoftmaxKind::ScaleMask => {
+            RowSpec { cache_transformed: true, cache_reads_memory: true, ..rows(OpClass::MaskedSoftmax) }
+        }
+        SoftmaxKind::Causal => rows(OpClass::CausalSoftmax),
+        SoftmaxKind::CrossEntropy | SoftmaxKind::LogSumExp => {
+            RowSpec { reads_once: true, ..rows(OpClass::RowStatistics) }
+        }
+        SoftmaxKind::CrossEntropyBackward => rows(OpClass::CrossEntropyBackward),
     }
 }
 

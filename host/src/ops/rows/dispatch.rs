@@ -17,12 +17,36 @@ use rill_kernels_gpu::abi::{
 };
 use rill_kernels_gpu::table::RowPath;
 
+use super::spec::{OpClass, RowSpec};
+
 /// Widest row of any path: the block paths count a thread's packs in 32 bits (one
 /// instruction a step instead of a pair), and a count below 2^31 cannot wrap as it steps.
 pub const MAX_COLS: usize = i32::MAX as usize;
 
 /// Widest row the warp path takes: 32 lanes of the largest register tier.
 pub const WARP_MAX_COLS: usize = 32 * RowPath::Warp32.warp_elements();
+
+/// Widest row the planner gives the warp path for ops of `spec`: [`WARP_MAX_COLS`], but for
+/// the norms' backward, whose widest tier holds x and dy in registers, and f32 norm
+/// forwards without a residual, where the shared path leads from
+/// [`F32_NORM_WARP_MAX_COLS`] on.
+pub fn warp_max_cols(spec: &RowSpec) -> usize {
+    match spec.class {
+        OpClass::NormBackward | OpClass::NormBackwardParams => NORM_BACKWARD_WARP_MAX_COLS,
+        OpClass::Norm if spec.element_bytes == size_of::<f32>() as u32 => F32_NORM_WARP_MAX_COLS,
+        _ => WARP_MAX_COLS,
+    }
+}
+
+/// Widest row the norms' backward gives the warp path. Its 32-element tier holds x and dy
+/// (64 registers of row) and ran far behind the shared path at 1024 columns.
+const NORM_BACKWARD_WARP_MAX_COLS: usize = 512;
+
+/// Widest f32 row the norm forwards without a residual give the warp path: the shared path
+/// led at 768-1024 columns (and at 1001, the rows run from their heads, by far), the warp
+/// path at 600. The residual-add forwards were level on either path, and 16-bit rows lose
+/// on the shared path at 1024 columns.
+const F32_NORM_WARP_MAX_COLS: usize = 640;
 
 /// Block sizes the block paths choose among. 384 lets a kernel of 41-56 registers keep three
 /// 64 KB blocks an SM at 12 warps each, where blocks of 512 would keep two (see
@@ -148,7 +172,8 @@ impl Plan {
     }
 }
 
-/// What the planner needs to know about one call.
+/// What the planner needs to know about one call: the op's spec, the shape, the packs its
+/// arrays allow, and the block-path kernels' thread limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Problem {
     pub rows: usize,
@@ -159,43 +184,10 @@ pub struct Problem {
     /// one offset from a 16-byte boundary (the kernels then run each row in aligned packs
     /// from its head, its few other elements one at a time; see `RowShape::phase`).
     pub block_pack: usize,
-    /// Bytes per column the shared path caches (each cached array's exact dtype: the
-    /// input's for plain loads, f32 for fused ones; a backward caches two arrays).
-    pub cache_bytes_per_col: u32,
-    /// Packs of each cached array every thread of the cluster kernel keeps in registers,
-    /// which its block's shared memory need not hold.
-    pub cluster_held_packs: u32,
-    /// Bytes per column of the column sums a block gathers beside its cache (a norm
-    /// backward's parameter gradients, f32 each; 0 for none): one partial row in shared
-    /// memory, of the whole row on the shared path, of its slice on a cluster, held packs
-    /// or not.
-    pub gathered_bytes_per_col: u32,
     /// The most threads per block the block-path kernels launch with (their register use
     /// decides it; the driver reports it).
     pub block_limit: u32,
-    /// Widest row the dispatcher gives the warp path (at most [`WARP_MAX_COLS`]).
-    pub warp_max_cols: usize,
-    /// Whether the op reads each row once (it needs only the row's statistics: cross
-    /// entropy): past the warp path it then streams rows, a block per row, and no cache
-    /// would pay for its shared memory.
-    pub reads_once: bool,
-    /// Whether every read of the cached row also reads other data from memory (the masked
-    /// kind adds its mask on each read): where a single block holds an SM, nothing overlaps
-    /// those reads, and the uncached path, two blocks an SM, may stream the row instead (see
-    /// [`prefers_streaming`]).
-    pub cache_reads_memory: bool,
-    /// Whether every read of the cached row transforms it (a user's load that caches its
-    /// source, e.g. int8 dequantized on each read): such a kernel is issue-bound, so the
-    /// shared path keeps the most threads resident rather than the most rows (see
-    /// [`shared_plan`]).
-    pub cache_transformed: bool,
-    /// Bytes a column of the per-column data that the passes over a cached row also read
-    /// from global memory (a norm backward's weight; 0 for none): on rows run from their
-    /// heads those come from L2 (their shifted copies), and with one block an SM nothing
-    /// overlaps their latency, so a cluster splits the row over blocks that share SMs (see
-    /// [`prefers_cluster`]), as many as L1 holds their column data for (see
-    /// [`column_reading_blocks`]).
-    pub passes_column_bytes: u32,
+    pub spec: RowSpec,
     pub force: Option<PathKind>,
 }
 
@@ -210,7 +202,7 @@ impl Problem {
     /// `RowShape::cluster_part`): where they gather column sums from rows run from their
     /// heads. Elsewhere they split a row's aligned packs.
     fn owns_parts(&self) -> bool {
-        self.gathered_bytes_per_col > 0 && self.block_phased()
+        self.spec.gathered_bytes_per_col() > 0 && self.block_phased()
     }
 
     /// The aligned packs of the block paths' pack in one block's slice of a row split over
@@ -253,19 +245,19 @@ impl Problem {
 
     /// [`Problem::block_bytes`] with `stages` caches of the rows.
     fn staged_block_bytes(&self, cols: u64, stages: u32) -> u64 {
-        stages as u64 * cols * self.cache_bytes_per_col as u64 + self.gathered_bytes(cols)
+        stages as u64 * cols * self.spec.cache_bytes_per_col as u64 + self.gathered_bytes(cols)
     }
 
     /// Whether the shared-path kernel may stage rows in [`ROW_CACHE_STAGES`] caches: a
     /// backward that gathers column sums from aligned rows (its grid one wave of blocks).
     fn stages_rows(&self) -> bool {
-        self.gathered_bytes_per_col > 0 && !self.block_phased()
+        self.spec.gathered_bytes_per_col() > 0 && !self.block_phased()
     }
 
     /// Shared memory of the gathered sums of `cols` columns (the kernels' `ColumnSlab`:
     /// each sum's columns 16-byte aligned).
     fn gathered_bytes(&self, cols: u64) -> u64 {
-        let sums = self.gathered_bytes_per_col / size_of::<f32>() as u32;
+        let sums = self.spec.gathered_bytes_per_col() / size_of::<f32>() as u32;
         column_gather_bytes(1, sums, column_gather_stride(cols))
     }
 
@@ -279,7 +271,7 @@ impl Problem {
     /// (all but 16-bit LayerNorm's), which decides where the sums gather and on which
     /// clusters ([`gathers_columns`], [`cluster_plan`]).
     fn sums_fit_caches(&self) -> bool {
-        self.gathered_bytes_per_col <= self.cache_bytes_per_col
+        self.spec.gathered_bytes_per_col() <= self.spec.cache_bytes_per_col
     }
 }
 
@@ -327,8 +319,8 @@ pub fn plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancies<'_>) 
                 problem.cols
             ))
         }),
-        None if problem.cols <= problem.warp_max_cols.min(WARP_MAX_COLS) => Ok(warp_plan(problem, device)),
-        None if problem.reads_once => Ok(streaming_plan(problem, device)),
+        None if problem.cols <= warp_max_cols(&problem.spec) => Ok(warp_plan(problem, device)),
+        None if problem.spec.reads_once => Ok(streaming_plan(problem, device)),
         None => Ok(match shared_plan(problem, device, occupancy.shared)? {
             Some((plan, resident)) if prefers_streaming(problem, &plan, resident) => uncached_plan(problem, device),
             Some((plan, resident)) if prefers_cluster(problem, &plan, resident, device) => {
@@ -358,10 +350,10 @@ pub fn plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancies<'_>) 
 /// converted and added to its mask on every read, so a lone block of 16-bit rows runs out
 /// of issue slots where an f32 one does not.
 fn prefers_streaming(problem: &Problem, plan: &Plan, resident: u32) -> bool {
-    problem.cache_reads_memory
+    problem.spec.cache_reads_memory
         && plan.pack > 1
         && resident == 1
-        && (problem.cache_bytes_per_col < size_of::<f32>() as u32 || plan.phased)
+        && (problem.spec.cache_bytes_per_col < size_of::<f32>() as u32 || plan.phased)
 }
 
 /// Whether a shared-path `plan` whose passes read per-column data
@@ -376,8 +368,8 @@ fn prefers_streaming(problem: &Problem, plan: &Plan, resident: u32) -> bool {
 /// H200, aligned: bf16 at 32768 72-78 against 83-84, at 40960 62-65 against 73, 49152 x
 /// 32768 75-78 against 88-90; f32 at 16384 78-79 against 87, at 24576 73 against 80-81.
 fn prefers_cluster(problem: &Problem, plan: &Plan, resident: u32, device: &DeviceInfo) -> bool {
-    let aligned_rows_move = fast_dram(device) && problem.gathered_bytes_per_col == 0;
-    problem.passes_column_bytes > 0 && resident == 1 && (plan.phased || aligned_rows_move)
+    let aligned_rows_move = fast_dram(device) && problem.spec.gathered_bytes_per_col() == 0;
+    problem.spec.passes_column_bytes > 0 && resident == 1 && (plan.phased || aligned_rows_move)
 }
 
 /// Whether each SM's share of the DRAM's bandwidth passes [`FAST_DRAM_BYTES_PER_SM`].
@@ -385,15 +377,15 @@ fn fast_dram(device: &DeviceInfo) -> bool {
     device.dram_bytes_per_second > FAST_DRAM_BYTES_PER_SM * device.multiprocessors as u64
 }
 
-/// Whether a shared-path `plan` is the aligned backward of a 16-bit norm with a weight (x
-/// and dy cached, 4 bytes a column; no gathered sums) on a device whose DRAM is fast
-/// ([`fast_dram`]): the rows whose blocks [`prefers_fewer_blocks`] and
-/// [`prefers_small_blocks`] reshape.
+/// Whether a shared-path `plan` is the aligned backward of a 16-bit norm with a weight (no
+/// gathered sums) on a device whose DRAM is fast ([`fast_dram`]): the rows whose blocks
+/// [`prefers_fewer_blocks`] and [`prefers_small_blocks`] reshape.
 fn sixteen_bit_norm_backward(problem: &Problem, plan: &Plan, device: &DeviceInfo) -> bool {
+    let spec = &problem.spec;
     fast_dram(device)
-        && problem.passes_column_bytes > 0
-        && problem.gathered_bytes_per_col == 0
-        && problem.cache_bytes_per_col == 2 * size_of::<u16>() as u32
+        && spec.class == OpClass::NormBackward
+        && spec.element_bytes == size_of::<u16>() as u32
+        && spec.passes_column_bytes > 0
         && !plan.phased
 }
 
@@ -459,15 +451,17 @@ pub fn rows_ahead(
     let Path::Warp { width, elements } = plan.path else {
         return Ok(0);
     };
-    // A forward with element outputs caches its row alone: its bytes a column are its dtype's.
-    let requested = !problem.reads_once && requests_rows_ahead(elements as usize, problem.cache_bytes_per_col as usize);
+    // A forward with element outputs caches its row alone: its bytes a column are its cache's.
+    let spec = &problem.spec;
+    let requested = spec.class.writes_elements_forward()
+        && requests_rows_ahead(elements as usize, spec.cache_bytes_per_col as usize);
     if !fast_dram(device) || !requested {
         return Ok(0);
     }
     let warps = resident_blocks()? * (plan.block() / WARP_SIZE);
     let wave =
         (warps * device.multiprocessors) as u64 * (WARP_SIZE / width) as u64 * rows_per_access(elements as usize);
-    let wave_bytes = wave * (problem.cols * problem.cache_bytes_per_col as usize) as u64;
+    let wave_bytes = wave * (problem.cols * problem.spec.cache_bytes_per_col as usize) as u64;
     let fits = warps <= AHEAD_MAX_WARPS && wave_bytes <= device.l2_bytes as u64 / AHEAD_L2_SHARE;
     Ok(if fits { wave } else { 0 })
 }
@@ -539,7 +533,7 @@ fn warp_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
         .map(|path| path.warp_elements() as u32)
         .find(|&e| cols <= 32 * e)
         .unwrap_or(RowPath::Warp32.warp_elements() as u32);
-    let elements = if problem.reads_once && problem.pack == 8 && READ_ONCE_WARP32_COLS.contains(&problem.cols) {
+    let elements = if problem.spec.reads_once && problem.pack == 8 && READ_ONCE_WARP32_COLS.contains(&problem.cols) {
         RowPath::Warp32.warp_elements() as u32
     } else if narrowest == RowPath::Warp8.warp_elements() as u32
         && problem.pack > 1
@@ -588,7 +582,8 @@ fn shared_plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancy<'_>)
     let (mut block, mut resident) = (BLOCK_SIZES[0], baseline);
     for &candidate in BLOCK_SIZES[1..].iter().filter(|&&b| b <= problem.block_limit) {
         let blocks = occupancy(candidate, shared_bytes)?;
-        let better = if problem.cache_transformed { blocks * candidate > resident * block } else { blocks == baseline };
+        let better =
+            if problem.spec.cache_transformed { blocks * candidate > resident * block } else { blocks == baseline };
         if better {
             (block, resident) = (candidate, blocks);
         }
@@ -631,13 +626,8 @@ fn fits_a_block(bytes: u64, device: &DeviceInfo) -> bool {
     bytes <= device.max_shared_bytes_per_block_optin.saturating_sub(ROW_STATIC_SHARED_BYTES) as u64
 }
 
-/// Bytes per column a block's gathered column sums add to its cached row
-/// ([`Problem::gathered_bytes_per_col`] for `sums` f32 sums).
-pub fn gathered_bytes_per_col(sums: u32) -> u32 {
-    sums * size_of::<f32>() as u32
-}
-
-/// Whether a backward's rows can gather `sums` column sums (its gathering kernels' paths):
+/// Whether a backward's rows can gather the column sums of `spec` (its gathering kernels'
+/// paths):
 /// rows on the warp path, or whose caches and sums fit one block's shared memory, or (sm_90)
 /// a cluster's, each block holding its slice's, where the sums take no more of it than the
 /// cached rows or, on aligned rows, where the largest cluster's slices fit
@@ -653,12 +643,12 @@ pub fn gathered_bytes_per_col(sums: u32) -> u32 {
 /// aligned runs of 1-4 words), against the second kernel: f32 RMSNorm +8 to +17 points of
 /// copy and LayerNorm +2 to +13, 16-bit RMSNorm -0.5 to +5, 16-bit LayerNorm -4 to -17, and
 /// -14 to -17 on clusters of two blocks an SM (32001-131073 columns; see docs/PERF.md).
-pub fn gathers_columns(problem: &Problem, sums: u32, phased: bool, device: &DeviceInfo) -> bool {
-    let (cols, sum_bytes) = (problem.cols as u64, gathered_bytes_per_col(sums));
-    let gathering = Problem { gathered_bytes_per_col: sum_bytes, ..*problem };
+pub fn gathers_columns(spec: &RowSpec, cols: usize, phased: bool, device: &DeviceInfo) -> bool {
+    let gathering = Problem { rows: 0, cols, pack: 1, block_pack: 1, block_limit: 0, spec: *spec, force: None };
     let sums_fit_caches = gathering.sums_fit_caches();
-    let per_col = problem.cache_bytes_per_col + sum_bytes;
-    problem.cols <= problem.warp_max_cols
+    let per_col = spec.cache_bytes_per_col + spec.gathered_bytes_per_col();
+    let cols = cols as u64;
+    cols <= warp_max_cols(spec) as u64
         || ((!phased || sums_fit_caches) && fits_a_block(gathering.block_bytes(cols), device))
         || (sums_fit_caches && fits_a_cluster(cols, per_col, device))
         || (!phased && fits_a_cluster(cols, GATHERING_BLOCKS_AN_SM * per_col, device))
@@ -733,8 +723,8 @@ fn cluster_plan(
     let limit = cluster_block_bytes(device);
     let pack = problem.block_pack.max(1) as u64;
     let slice_bytes = |cluster: u32, block: u32| {
-        let (packs, held) = (problem.slice_packs(cluster), problem.cluster_held_packs as u64 * block as u64);
-        let cached = packs.saturating_sub(held) * problem.cache_bytes_per_col as u64 * pack;
+        let (packs, held) = (problem.slice_packs(cluster), problem.spec.cluster_held_packs as u64 * block as u64);
+        let cached = packs.saturating_sub(held) * problem.spec.cache_bytes_per_col as u64 * pack;
         cached + problem.gathered_bytes(problem.slice_cols(cluster))
     };
     let blocks =
@@ -790,7 +780,7 @@ fn cluster_plan(
 /// f32 LayerNorm at 32001 and 50257 from 52-57 on four blocks of 512 to 62-65 on eight of
 /// 384; bf16 RMSNorm at 32001 and 50257 from 47-49 to 51.
 fn gathers_two_blocks_an_sm(problem: &Problem, fewest: &Plan) -> bool {
-    problem.gathered_bytes_per_col > 0
+    problem.spec.gathered_bytes_per_col() > 0
         && (problem.owns_parts() || fewest.cluster() > ROW_CLUSTER_SIZES[0] || !problem.sums_fit_caches())
 }
 
@@ -827,7 +817,7 @@ fn column_reading_blocks(
     largest: ClusterBlocks,
     half_bytes: u64,
 ) -> crate::Result<ClusterBlocks> {
-    if problem.passes_column_bytes == 0 {
+    if problem.spec.passes_column_bytes == 0 {
         return Ok(largest);
     }
     let Some(halved) = halved_blocks(occupancy, largest, half_bytes)? else {
@@ -836,7 +826,7 @@ fn column_reading_blocks(
     let threads = |b: ClusterBlocks| b.resident as u64 * b.cluster as u64 * b.block as u64;
     let per_sm = (halved.resident as u64 * largest.cluster as u64).div_ceil(device.multiprocessors.max(1) as u64);
     let caches = per_sm * (half_bytes + (CLUSTER_STATIC_SHARED_BYTES + RESERVED_SHARED_BYTES) as u64);
-    let columns = per_sm * problem.slice_cols(largest.cluster) * problem.passes_column_bytes as u64;
+    let columns = per_sm * problem.slice_cols(largest.cluster) * problem.spec.passes_column_bytes as u64;
     let l1 = (device.max_shared_bytes_per_multiprocessor as u64).saturating_sub(caches);
     Ok(if threads(halved) >= threads(largest) && columns <= l1 { halved } else { largest })
 }
@@ -883,7 +873,7 @@ const GATHERING_HALVED_PACKS: u64 = 5;
 /// where halving evened the threads' shares and lost 3-6 points elsewhere (f32 at 24576
 /// and 28672 columns), so they keep the largest (see docs/PERF.md).
 fn gathering_cluster_halves(problem: &Problem, largest: ClusterBlocks) -> bool {
-    problem.gathered_bytes_per_col > 0
+    problem.spec.gathered_bytes_per_col() > 0
         && largest.cluster >= GATHERING_CLUSTER_HALVES_FROM
         && largest.block == 2 * GATHERING_CLUSTER_BLOCK
         && problem.slice_packs(largest.cluster) <= GATHERING_HALVED_PACKS * GATHERING_CLUSTER_BLOCK as u64
@@ -941,17 +931,16 @@ pub(super) mod tests {
             cols,
             pack,
             block_pack: pack,
-            cache_bytes_per_col: 4,
-            cluster_held_packs: 0,
-            gathered_bytes_per_col: 0,
             block_limit: 1024,
-            warp_max_cols: WARP_MAX_COLS,
-            reads_once: false,
-            cache_reads_memory: false,
-            cache_transformed: false,
-            passes_column_bytes: 0,
+            spec: RowSpec::rows_of(OpClass::Softmax, 4),
             force: None,
         }
+    }
+
+    /// `problem` with its spec changed by `change`.
+    pub(in crate::ops::rows) fn with(mut problem: Problem, change: impl FnOnce(&mut RowSpec)) -> Problem {
+        change(&mut problem.spec);
+        problem
     }
 
     /// Occupancy of a kernel limited by shared memory alone (228 KB per SM, 64 warps).
@@ -1034,7 +1023,11 @@ pub(super) mod tests {
     #[test]
     fn rows_read_once_in_16_bits_take_the_widest_tier_at_256_to_512_columns() {
         let device = h100();
-        let once = |cols, pack| Problem { reads_once: true, ..problem(49152, cols, pack) };
+        let once = |cols, pack| {
+            with(problem(49152, cols, pack), |s| {
+                s.reads_once = true;
+            })
+        };
         for (cols, width) in [(256, 8), (300, 16), (512, 16)] {
             let p = plan(&once(cols, 8), &device, OCCUPANCY).unwrap();
             assert_eq!((p.path, p.grid), (Path::Warp { width, elements: 32 }, 49152 * width / 128), "{cols}");
@@ -1051,10 +1044,11 @@ pub(super) mod tests {
     #[test]
     fn a_cache_read_with_memory_streams_where_one_lone_block_would_run_16_bit_or_phased_rows() {
         let device = h100();
-        let masked = |rows, cols, pack, bytes| Problem {
-            cache_reads_memory: true,
-            cache_bytes_per_col: bytes,
-            ..problem(rows, cols, pack)
+        let masked = |rows, cols, pack, bytes| {
+            with(problem(rows, cols, pack), |s| {
+                s.cache_reads_memory = true;
+                s.cache_bytes_per_col = bytes;
+            })
         };
         // 65536 bf16 columns: 128 KB, one block an SM.
         assert_eq!(plan(&masked(4096, 65536, 8, 2), &device, OCCUPANCY).unwrap().path, Path::Uncached { block: 1024 });
@@ -1067,7 +1061,9 @@ pub(super) mod tests {
         assert_eq!(plan(&masked(49152, 32768, 4, 4), &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
         assert_eq!(plan(&masked(49152, 32768, 8, 2), &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
         assert_eq!(plan(&masked(4096, 65536, 1, 2), &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
-        let alone = Problem { cache_reads_memory: false, ..masked(4096, 65536, 8, 2) };
+        let alone = with(masked(4096, 65536, 8, 2), |s| {
+            s.cache_reads_memory = false;
+        });
         assert_eq!(plan(&alone, &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
         // Forcing the shared path still gets it.
         let forced = Problem { force: Some(PathKind::Shared), ..masked(4096, 65536, 8, 2) };
@@ -1078,11 +1074,11 @@ pub(super) mod tests {
     fn phased_passes_reading_columns_split_rows_where_one_block_would_hold_an_sm() {
         let device = h100();
         // A 16-bit norm backward with a weight: x and dy cached, 4 bytes a column.
-        let backward = |cols, pack, block_pack| Problem {
-            cache_bytes_per_col: 4,
-            block_pack,
-            passes_column_bytes: 2,
-            ..problem(4096, cols, pack)
+        let backward = |cols, pack, block_pack| {
+            with(Problem { block_pack, ..problem(4096, cols, pack) }, |s| {
+                s.cache_bytes_per_col = 4;
+                s.passes_column_bytes = 2;
+            })
         };
         // 32001 columns from each row's head: 128 KB, one block an SM; a cluster of two.
         let p = plan(&backward(32001, 1, 8), &device, OCCUPANCY).unwrap();
@@ -1090,7 +1086,9 @@ pub(super) mod tests {
         assert!(p.phased);
         // Aligned rows, no per-column reads, or several blocks an SM: the shared path.
         assert_eq!(plan(&backward(32000, 8, 8), &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
-        let weightless = Problem { passes_column_bytes: 0, ..backward(32001, 1, 8) };
+        let weightless = with(backward(32001, 1, 8), |s| {
+            s.passes_column_bytes = 0;
+        });
         assert_eq!(plan(&weightless, &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
         assert_eq!(plan(&backward(8001, 1, 8), &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
     }
@@ -1098,7 +1096,12 @@ pub(super) mod tests {
     #[test]
     fn aligned_passes_reading_columns_split_rows_where_each_sm_moves_more_bytes() {
         let h200 = DeviceInfo { dram_bytes_per_second: 4_800_000_000_000, ..h100() };
-        let backward = |cols| Problem { cache_bytes_per_col: 4, passes_column_bytes: 2, ..problem(4096, cols, 8) };
+        let backward = |cols| {
+            with(problem(4096, cols, 8), |s| {
+                s.cache_bytes_per_col = 4;
+                s.passes_column_bytes = 2;
+            })
+        };
         // Aligned 16-bit rows of 32768: 128 KB, one block an SM. A cluster on the H200, the
         // shared path on the H100 and where the driver reports no DRAM bandwidth.
         assert_eq!(plan(&backward(32768), &h200, OCCUPANCY).unwrap().kind(), PathKind::Cluster);
@@ -1107,22 +1110,31 @@ pub(super) mod tests {
         assert_eq!(plan(&backward(32768), &unreported, OCCUPANCY).unwrap().kind(), PathKind::Shared);
         // Two blocks an SM, no per-column reads, or gathered column sums: as on the H100.
         assert_eq!(plan(&backward(24576), &h200, OCCUPANCY).unwrap().kind(), PathKind::Shared);
-        let weightless = Problem { passes_column_bytes: 0, ..backward(32768) };
+        let weightless = with(backward(32768), |s| {
+            s.passes_column_bytes = 0;
+        });
         assert_eq!(plan(&weightless, &h200, OCCUPANCY).unwrap().kind(), PathKind::Shared);
         // 16384 columns and their sums: 128 KB, one block an SM.
-        let gathering = Problem { gathered_bytes_per_col: 4, ..backward(16384) };
+        let gathering = with(backward(16384), |s| {
+            s.column_sums = 1;
+        });
         assert_eq!(plan(&gathering, &h200, OCCUPANCY).unwrap().kind(), PathKind::Shared);
     }
 
     #[test]
     fn sixteen_bit_norm_backward_rows_reshape_their_blocks_where_each_sm_moves_more_bytes() {
         let h200 = DeviceInfo { dram_bytes_per_second: 4_800_000_000_000, ..h100() };
-        let backward = |cols| Problem {
-            cache_bytes_per_col: 4,
-            passes_column_bytes: 2,
-            warp_max_cols: 512,
-            ..problem(49152, cols, 8)
+        // bf16 x and dy cached, a bf16 weight read in the passes.
+        let backward = |cols| {
+            with(problem(49152, cols, 8), |s| {
+                *s = RowSpec {
+                    cache_bytes_per_col: 4,
+                    passes_column_bytes: 2,
+                    ..RowSpec::rows_of(OpClass::NormBackward, 2)
+                };
+            })
         };
+        let f32_rows = |s: &mut RowSpec| (s.element_bytes, s.cache_bytes_per_col) = (4, 8);
         for cols in [2048, 4096] {
             let capped = plan(&backward(cols), &h200, OCCUPANCY).unwrap();
             assert_eq!(capped.kind(), PathKind::Shared);
@@ -1143,11 +1155,17 @@ pub(super) mod tests {
         // Other widths, f32, gathered sums, no weight: as on the H100.
         let unchanged = [
             backward(8192),
-            Problem { cache_bytes_per_col: 8, ..backward(1024) },
-            Problem { cache_bytes_per_col: 8, ..backward(4096) },
-            Problem { gathered_bytes_per_col: 8, ..backward(1024) },
-            Problem { gathered_bytes_per_col: 8, ..backward(4096) },
-            Problem { passes_column_bytes: 0, ..backward(4096) },
+            with(backward(1024), f32_rows),
+            with(backward(4096), f32_rows),
+            with(backward(1024), |s| {
+                (s.class, s.column_sums) = (OpClass::NormBackwardParams, 2);
+            }),
+            with(backward(4096), |s| {
+                (s.class, s.column_sums) = (OpClass::NormBackwardParams, 2);
+            }),
+            with(backward(4096), |s| {
+                s.passes_column_bytes = 0;
+            }),
         ];
         for problem in unchanged {
             assert_eq!(
@@ -1162,7 +1180,9 @@ pub(super) mod tests {
     fn the_widest_warp_tier_requests_a_wave_ahead_where_its_warps_are_few_and_the_wave_small() {
         let h200 = DeviceInfo { dram_bytes_per_second: 4_800_000_000_000, ..h100() };
         let planned = |cols, cache_bytes_per_col| {
-            let problem = Problem { cache_bytes_per_col, ..problem(49152, cols, 8) };
+            let problem = with(problem(49152, cols, 8), |s| {
+                s.cache_bytes_per_col = cache_bytes_per_col;
+            });
             (problem, plan(&problem, &h200, OCCUPANCY).unwrap())
         };
         let not_asked = || -> crate::Result<u32> { unreachable!("occupancy asked") };
@@ -1181,7 +1201,9 @@ pub(super) mod tests {
         assert_eq!(shared.kind(), PathKind::Shared);
         let (f32_rows, f32_warp32) = planned(1024, 4);
         assert_eq!(f32_warp32.path, warp32.path);
-        let once = Problem { reads_once: true, ..bf16 };
+        let once = with(bf16, |s| {
+            (s.class, s.reads_once) = (OpClass::RowStatistics, true);
+        });
         let cases = [
             (narrow, warp16, &h200),
             (wide, shared, &h200),
@@ -1206,7 +1228,7 @@ pub(super) mod tests {
         assert_eq!(p.grid % 4, 0);
         // Backward caches y and dy: twice the bytes; 256 KB rows in two blocks.
         let mut backward = problem(4096, 32768, 4);
-        backward.cache_bytes_per_col = 8;
+        backward.spec.cache_bytes_per_col = 8;
         assert_eq!(
             plan(&backward, &device, OCCUPANCY).unwrap().path,
             Path::Cluster { cluster: 2, block: 1024, shared_bytes: 131072 }
@@ -1216,7 +1238,7 @@ pub(super) mod tests {
         let p = plan(&problem(4096, 262144, 4), &device, OCCUPANCY).unwrap();
         assert_eq!(p.path, Path::Cluster { cluster: 8, block: 1024, shared_bytes: 131072 });
         let mut backward = problem(4096, 262144, 4);
-        backward.cache_bytes_per_col = 8;
+        backward.spec.cache_bytes_per_col = 8;
         let p = plan(&backward, &device, OCCUPANCY).unwrap();
         assert_eq!(p.path, Path::Cluster { cluster: 16, block: 1024, shared_bytes: 131072 });
         assert_eq!(p.grid, 132 / 16 * CLUSTER_WAVES * 16);
@@ -1228,7 +1250,7 @@ pub(super) mod tests {
     #[test]
     fn rows_read_once_stream_past_the_warp_path_in_small_blocks() {
         let mut once = problem(49152, 1024, 8);
-        once.reads_once = true;
+        once.spec.reads_once = true;
         assert_eq!(plan(&once, &h100(), OCCUPANCY).unwrap().kind(), PathKind::Warp);
         // A thread takes four packs or more where a block of one warp or more allows.
         for (cols, pack, block) in [(1152, 8, 32), (1536, 8, 32), (2048, 8, 64), (3072, 8, 64), (4096, 8, 128)]
@@ -1248,8 +1270,8 @@ pub(super) mod tests {
         // The f32 backward at 262144 columns: 2 MB a row, 256 KB a block of eight; a pack of
         // y and of dy in each of 1024 threads' registers leaves 224 KB for shared memory.
         let mut backward = problem(4096, 262144, 4);
-        backward.cache_bytes_per_col = 8;
-        backward.cluster_held_packs = 1;
+        backward.spec.cache_bytes_per_col = 8;
+        backward.spec.cluster_held_packs = 1;
         let p = plan(&backward, &h100(), OCCUPANCY).unwrap();
         assert_eq!(p.path, Path::Cluster { cluster: 8, block: 1024, shared_bytes: (8192 - 1024) * 4 * 8 });
         // Blocks of 512 hold half as much: sixteen blocks again, 128 KB less 64 KB held.
@@ -1258,13 +1280,13 @@ pub(super) mod tests {
         assert_eq!(p.path, Path::Cluster { cluster: 16, block: 512, shared_bytes: (4096 - 512) * 4 * 8 });
         // A slice no larger than what the threads hold needs no shared memory.
         let mut narrow = problem(8, 4096, 4);
-        narrow.cluster_held_packs = 1;
+        narrow.spec.cluster_held_packs = 1;
         narrow.force = Some(PathKind::Cluster);
         let p = plan(&narrow, &h100(), OCCUPANCY).unwrap();
         assert_eq!(p.path, Path::Cluster { cluster: 2, block: 1024, shared_bytes: 0 });
         // Gathered column sums stay in shared memory: the slice's 2048 columns of one f32
         // sum beside what its held packs leave of the cache.
-        narrow.gathered_bytes_per_col = 4;
+        narrow.spec.column_sums = 1;
         let p = plan(&narrow, &h100(), OCCUPANCY).unwrap();
         assert_eq!(p.path, Path::Cluster { cluster: 2, block: 1024, shared_bytes: 2048 * 4 });
     }
@@ -1311,7 +1333,9 @@ pub(super) mod tests {
         let occupancy = Occupancies { shared: &shared, cluster: &by_cluster };
         // 16-bit rows of 32001 columns from their heads: 3 blocks an SM by shared memory;
         // 3 of 384 threads fit 56 registers (64512 of 65536), 3 of 512 would not.
-        let phased = Problem { cache_bytes_per_col: 2, block_pack: 8, ..problem(4096, 32001, 1) };
+        let phased = with(Problem { block_pack: 8, ..problem(4096, 32001, 1) }, |s| {
+            s.cache_bytes_per_col = 2;
+        });
         assert_eq!(plan(&phased, &device, occupancy).unwrap().block(), 384);
         // With 40 registers 3 blocks of 512 fit, and the largest is taken.
         let shared = by_registers(40);
@@ -1325,11 +1349,11 @@ pub(super) mod tests {
         // A kernel of 64 registers: one block of 1024 an SM, two of 512.
         let (by_blocks, cluster) = (by_registers(64), clusters_by_registers(64));
         let occupancy = Occupancies { shared: &by_blocks, cluster: &cluster };
-        let backward = |cols, column_bytes| Problem {
-            cache_bytes_per_col: 4,
-            block_pack: 8,
-            passes_column_bytes: column_bytes,
-            ..problem(4096, cols, 1)
+        let backward = |cols, column_bytes| {
+            with(Problem { block_pack: 8, ..problem(4096, cols, 1) }, |s| {
+                s.cache_bytes_per_col = 4;
+                s.passes_column_bytes = column_bytes;
+            })
         };
         // 32001 16-bit columns: two 64 KB slices an SM leave ~100 KB of L1 for 64 KB of weight.
         let p = plan(&backward(32001, 2), &device, occupancy).unwrap();
@@ -1349,12 +1373,13 @@ pub(super) mod tests {
         let device = h100();
         // The norm backward with its parameter gradients: x and dy cached (`bytes` a
         // column), `sums` f32 sums (LayerNorm two, RMSNorm one).
-        let gathering = |cols, bytes, sums| Problem {
-            cache_bytes_per_col: bytes,
-            gathered_bytes_per_col: 4 * sums,
-            passes_column_bytes: 2,
-            warp_max_cols: 512,
-            ..problem(49152, cols, 8)
+        let gathering = |cols, bytes, sums| {
+            with(problem(49152, cols, 8), |s| {
+                s.cache_bytes_per_col = bytes;
+                s.column_sums = sums;
+                s.passes_column_bytes = 2;
+                s.class = OpClass::NormBackwardParams;
+            })
         };
         // Occupancy by shared memory, or (where less) by registers of 48 a thread.
         let by_both = |block: u32, bytes: u32| Ok(by_shared(block, bytes)?.min(65536 / (48 * block)));
@@ -1389,11 +1414,12 @@ pub(super) mod tests {
         let occupancy = Occupancies { shared: &by_blocks, cluster: &cluster };
         // LayerNorm's backward with its parameter gradients: x and dy cached, two f32 sums,
         // weight read in the passes.
-        let gathering = |rows, cols, cache_bytes_per_col, pack| Problem {
-            cache_bytes_per_col,
-            gathered_bytes_per_col: 8,
-            passes_column_bytes: 4,
-            ..problem(rows, cols, pack)
+        let gathering = |rows, cols, cache_bytes_per_col, pack| {
+            with(problem(rows, cols, pack), |s| {
+                s.cache_bytes_per_col = cache_bytes_per_col;
+                s.column_sums = 2;
+                s.passes_column_bytes = 4;
+            })
         };
         let cluster_of = |problem: Problem| match plan(&problem, &device, occupancy).unwrap().path {
             Path::Cluster { cluster, block, .. } => (cluster, block),
@@ -1407,7 +1433,9 @@ pub(super) mod tests {
         // ... but where two blocks hold a row and the sums take no more shared memory than
         // the cached rows, those two.
         assert_eq!(cluster_of(gathering(49152, 16384, 8, 4)).0, 2);
-        let rms = Problem { gathered_bytes_per_col: 4, ..gathering(49152, 32768, 8, 4) };
+        let rms = with(gathering(49152, 32768, 8, 4), |s| {
+            s.column_sums = 1;
+        });
         assert_eq!(cluster_of(rms), (2, 1024));
         assert_eq!(cluster_of(Problem { cols: 40960, ..rms }), (8, 512));
         // bf16 (12 bytes a column): at 24576 a block of 512 would leave threads 1.5 packs
@@ -1415,7 +1443,10 @@ pub(super) mod tests {
         assert_eq!(cluster_of(gathering(49152, 32768, 4, 8)), (4, 512));
         assert_eq!(cluster_of(gathering(49152, 24576, 4, 8)), (4, 384));
         // The same rows without the sums keep the largest blocks, the fewest that hold them.
-        let plain = Problem { gathered_bytes_per_col: 0, cache_bytes_per_col: 16, ..gathering(49152, 32768, 8, 4) };
+        let plain = with(gathering(49152, 32768, 8, 4), |s| {
+            s.column_sums = 0;
+            s.cache_bytes_per_col = 16;
+        });
         assert_eq!(cluster_of(plain), (4, 1024));
     }
 
@@ -1425,14 +1456,11 @@ pub(super) mod tests {
         // because the f32 weight does not: every pack of a block's part is aligned, and the
         // block caches each of them beside its sums.
         let device = h100();
-        let phased = Problem {
-            cache_bytes_per_col: 4,
-            gathered_bytes_per_col: 4,
-            passes_column_bytes: 4,
-            block_pack: 8,
-            force: Some(PathKind::Cluster),
-            ..problem(5, 65536, 1)
-        };
+        let phased = with(Problem { block_pack: 8, force: Some(PathKind::Cluster), ..problem(5, 65536, 1) }, |s| {
+            s.cache_bytes_per_col = 4;
+            s.column_sums = 1;
+            s.passes_column_bytes = 4;
+        });
         let Path::Cluster { cluster, shared_bytes, .. } = plan(&phased, &device, OCCUPANCY).unwrap().path else {
             panic!("not a cluster plan");
         };
@@ -1453,12 +1481,12 @@ pub(super) mod tests {
         // its register cap: one block of 512 an SM, two of 384.
         let (by_blocks, cluster) = (by_registers(72), clusters_by_registers(72));
         let occupancy = Occupancies { shared: &by_blocks, cluster: &cluster };
-        let phased = |cols, sums: u32| Problem {
-            cache_bytes_per_col: 8,
-            gathered_bytes_per_col: 4 * sums,
-            passes_column_bytes: 4,
-            block_pack: 4,
-            ..problem(4096, cols, 1)
+        let phased = |cols, sums: u32| {
+            with(Problem { block_pack: 4, ..problem(4096, cols, 1) }, |s| {
+                s.cache_bytes_per_col = 8;
+                s.column_sums = sums;
+                s.passes_column_bytes = 4;
+            })
         };
         let cluster_of = |problem: Problem| match plan(&problem, &device, occupancy).unwrap().path {
             Path::Cluster { cluster, block, .. } => (cluster, block),
@@ -1478,11 +1506,12 @@ pub(super) mod tests {
         let device = h100();
         // f32 LayerNorm's backward with its parameter gradients (16 bytes a column) where
         // even sixteen blocks' slices keep one block an SM.
-        let gathering = |cols| Problem {
-            cache_bytes_per_col: 8,
-            gathered_bytes_per_col: 8,
-            passes_column_bytes: 4,
-            ..problem(4096, cols, 4)
+        let gathering = |cols| {
+            with(problem(4096, cols, 4), |s| {
+                s.cache_bytes_per_col = 8;
+                s.column_sums = 2;
+                s.passes_column_bytes = 4;
+            })
         };
         let cluster_of = |cols| match plan(&gathering(cols), &device, OCCUPANCY).unwrap().path {
             Path::Cluster { cluster, block, .. } => (cluster, block),
@@ -1500,22 +1529,33 @@ pub(super) mod tests {
         let device = h100();
         // An int8 row of 32000 columns: 7 blocks by shared memory. Rows first: 7 of 256
         // (1792 threads); threads first: 4 of 512 (2048), before 2 of 1024 (a tie).
-        let int8 =
-            |transformed| Problem { cache_bytes_per_col: 1, cache_transformed: transformed, ..problem(4096, 32000, 8) };
+        let int8 = |transformed| {
+            with(problem(4096, 32000, 8), |s| {
+                s.cache_bytes_per_col = 1;
+                s.cache_transformed = transformed;
+            })
+        };
         assert_eq!(plan(&int8(false), &device, OCCUPANCY).unwrap().block(), 256);
         assert_eq!(plan(&int8(true), &device, OCCUPANCY).unwrap().block(), 512);
         // 4096 columns: 16 blocks of 128 already hold 2048 threads, and win the tie.
-        let narrow = Problem { cache_bytes_per_col: 1, cache_transformed: true, ..problem(4096, 4096, 8) };
+        let narrow = with(problem(4096, 4096, 8), |s| {
+            s.cache_bytes_per_col = 1;
+            s.cache_transformed = true;
+        });
         assert_eq!(plan(&narrow, &device, OCCUPANCY).unwrap().block(), 128);
     }
 
     #[test]
     fn columns_are_gathered_where_the_rows_and_their_sums_fit() {
-        let backward =
-            |cols, cache_bytes_per_col| Problem { cache_bytes_per_col, warp_max_cols: 512, ..problem(49152, cols, 8) };
+        // The norm backward gathering `sums` column sums beside `cache_bytes_per_col`.
+        let gathering = |cache_bytes_per_col, sums| RowSpec {
+            cache_bytes_per_col,
+            column_sums: sums,
+            ..RowSpec::rows_of(OpClass::NormBackwardParams, 2)
+        };
         let (h100, without_clusters) = (h100(), DeviceInfo { compute_capability: (8, 0), ..h100() });
         let at = |device, cols, cache_bytes_per_col, sums| {
-            gathers_columns(&backward(cols, cache_bytes_per_col), sums, false, device)
+            gathers_columns(&gathering(cache_bytes_per_col, sums), cols, false, device)
         };
         // bf16 x and dy cached (4 bytes a column) beside LayerNorm's two f32 sums (8 more):
         // 16384 columns take 192 KB of the 227 a block may have, 32768 twice that.
@@ -1544,7 +1584,7 @@ pub(super) mod tests {
         // Rows run from their heads gather only where the sums take no more shared memory
         // than the cached rows, in one block too: not 16-bit LayerNorm's.
         let phased =
-            |cols, cache_bytes_per_col, sums| gathers_columns(&backward(cols, cache_bytes_per_col), sums, true, &h100);
+            |cols, cache_bytes_per_col, sums| gathers_columns(&gathering(cache_bytes_per_col, sums), cols, true, &h100);
         assert!(at(&h100, 4097, 4, 2) && !phased(4097, 4, 2));
         for (cols, cache_bytes_per_col, sums) in [(4097, 4, 1), (4097, 8, 2), (50257, 4, 1), (50257, 8, 2)] {
             assert!(phased(cols, cache_bytes_per_col, sums), "{cols}");
@@ -1569,7 +1609,7 @@ pub(super) mod tests {
     fn a_lower_warp_limit_sends_wider_rows_to_the_block_paths() {
         let device = h100();
         let mut p = problem(49152, 1024, 4);
-        p.warp_max_cols = 512;
+        p.spec.class = OpClass::NormBackward;
         assert_eq!(plan(&p, &device, OCCUPANCY).unwrap().kind(), PathKind::Shared);
         p.cols = 512;
         assert_eq!(plan(&p, &device, OCCUPANCY).unwrap().kind(), PathKind::Warp);
@@ -1585,7 +1625,7 @@ pub(super) mod tests {
         // share one offset from 16 bytes, so the block paths run packs of 8.
         let mut odd = problem(4096, 50257, 1);
         odd.block_pack = 8;
-        odd.cache_bytes_per_col = 2;
+        odd.spec.cache_bytes_per_col = 2;
         let p = plan(&odd, &device, OCCUPANCY).unwrap();
         assert_eq!((p.kind(), p.pack, p.phased), (PathKind::Shared, 8, true));
         assert_eq!(p.row_path(), RowPath::SharedPhased);
@@ -1593,7 +1633,9 @@ pub(super) mod tests {
         let p = plan(&odd, &device, OCCUPANCY).unwrap();
         assert_eq!((p.pack, p.row_path(), p.block()), (8, RowPath::UncachedPhased, UNCACHED_PHASED_16_BIT_MAX_BLOCK));
         // f32 rows from their heads (packs of 4) keep the largest block.
-        let f32_rows = Problem { block_pack: 4, cache_bytes_per_col: 4, ..odd };
+        let f32_rows = with(Problem { block_pack: 4, ..odd }, |s| {
+            s.cache_bytes_per_col = 4;
+        });
         assert_eq!(plan(&f32_rows, &device, OCCUPANCY).unwrap().block(), 1024);
         odd.force = Some(PathKind::Cluster);
         let p = plan(&odd, &device, OCCUPANCY).unwrap();

@@ -3,6 +3,7 @@
 //! for the ops' `plan_only`, returns the plan).
 
 pub mod dispatch;
+pub mod spec;
 
 use crate::Stream;
 use crate::error::{Error, Result, invalid};
@@ -10,16 +11,16 @@ use crate::fuse::FusedModule;
 use crate::launch::{LaunchConfig, Tally, active_clusters, count, launch};
 use crate::module::{Attributes, Kernel, KernelKey};
 use crate::tensor::{Element, View};
-use dispatch::{Occupancies, Problem, RESERVED_SHARED_BYTES, WARP_MAX_COLS, gathered_bytes_per_col, plan, rows_ahead};
+use dispatch::{Occupancies, Problem, RESERVED_SHARED_BYTES, plan, rows_ahead};
 pub use dispatch::{Path, PathKind, Plan};
 use foldhash::HashMap;
 use rill_kernels_gpu::abi::DType;
 use rill_kernels_gpu::abi::{
-    CLUSTER_STATIC_SHARED_BYTES, PACK_BYTES, ROW_STATIC_SHARED_BYTES, ROW_WARP_BLOCK_SIZE, RowArgs,
-    column_gather_bytes, max_pack,
+    CLUSTER_STATIC_SHARED_BYTES, PACK_BYTES, ROW_STATIC_SHARED_BYTES, ROW_WARP_BLOCK_SIZE, RowArgs, column_gather_bytes,
 };
 use rill_kernels_gpu::table::{NormKernelKind, RowPath, SoftmaxKind};
 use smallvec::SmallVec;
+pub use spec::{OpClass, RowSpec};
 use std::sync::{Mutex, PoisonError};
 
 /// Rows and columns of a tensor normalized over its last axis.
@@ -145,18 +146,14 @@ enum PlannedKernels {
 }
 
 /// Everything a row call's plan depends on but the device: the kernels, the planner's
-/// problem with its packs (before the kernels' limits are asked), the rows' phase, and what
-/// the call gathers and re-reads per column. The arrays' addresses enter only through the
-/// packs and the phase.
+/// problem with the op's spec and its packs (before the kernels' limits are asked), and the
+/// rows' phase. The arrays' addresses enter only through the packs and the phase.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct PlanKey {
     kernels: PlannedKernels,
     ungathered: Option<PlannedKernels>,
     problem: Problem,
     phase: Option<u32>,
-    column_sums: u32,
-    column_bytes: u32,
-    columns_before_blocks: bool,
 }
 
 /// What a row call's plan comes to, but its arguments: the plan, the kernel, whether it
@@ -204,16 +201,15 @@ pub(crate) type RowArrays = SmallVec<[(u64, usize); 6]>;
 /// (address, element bytes) of a row call's per-column arrays: a norm's weight and bias.
 pub(crate) type ColumnArrays = SmallVec<[(u64, usize); 2]>;
 
-/// One launch of a row-wise kernel, before planning.
+/// One launch of a row-wise kernel, before planning: the op's spec, its arrays' addresses
+/// and its kernels' arguments.
 pub(crate) struct RowCall<'a, A: RowArgs> {
     pub op: &'a str,
     pub kernels: RowKernels<'a>,
-    /// The widest pack the kernels have (elements per 16-byte access of the widest dtype).
-    pub widest: usize,
-    /// What the planner is asked, but for what [`RowCall::run`] works out from `arrays`,
-    /// the kernels and `column_sums`: `pack`, `block_pack`, `block_limit` and
-    /// `gathered_bytes_per_col`.
-    pub problem: Problem,
+    /// What the planner must know of the op (the one thing about it the op declares).
+    pub spec: RowSpec,
+    pub rows: usize,
+    pub cols: usize,
     /// (address, element bytes) of every array read or written in packs along the row; the
     /// pack is the widest only if all are aligned to it (or to 16 bytes, for wider types).
     pub arrays: RowArrays,
@@ -222,111 +218,76 @@ pub(crate) struct RowCall<'a, A: RowArgs> {
     /// shifted copies (16-bit rows) or an element at a time (f32 rows), so their offset does
     /// not take part in the rows' phase.
     pub columns: ColumnArrays,
-    /// Whether every array of `arrays` is read or written at the row being worked on (no
-    /// broadcast arrays): then, where all share one offset from a 16-byte boundary, the
-    /// block paths run any row in aligned packs from its head.
-    pub phased: bool,
     pub args: A,
-    /// Bytes of per-column data every row re-reads (a norm's gamma and beta): on the shared
-    /// path, L1 is left that much room, so those reads hit it rather than L2, where that
-    /// costs no resident blocks or `columns_before_blocks` says L1 comes first.
-    pub column_bytes: u32,
-    /// Whether L1 room for the column data outranks resident blocks (measured per op: see
-    /// [`shared_carveout`]).
-    pub columns_before_blocks: bool,
-    /// Per-column sums the kernels gather from the rows beside their own (0, or 1 or 2 for
-    /// a norm backward's parameter gradients), each block's (or cluster's) written as its
-    /// row of a partial array ([`Prepared::args`] names it; [`Plan::partial_rows`] counts
-    /// them): shared memory holds them before the caches, and the grid is one wave of
-    /// resident blocks, so that array stays small.
-    pub column_sums: u32,
     /// Kernels that gather nothing, planned with where the gathering ones have no kernel on
     /// the path the planner picks ([`Prepared::gathers`] then says so).
     pub ungathered: Option<RowKernels<'a>>,
+    force: Option<PathKind>,
     /// Whether to launch the plan, or only return it (`plan_only` on the ops): everything
     /// before the launch (checks, occupancy questions, the kernel's lookup) runs either way,
     /// so the answer and its errors are the launch's; the kernel it would launch is counted
     /// as planned ([`crate::count_launches`]).
-    pub launch: bool,
+    launch: bool,
     pub stream: &'a Stream,
 }
 
 impl<'a, A: RowArgs> RowCall<'a, A> {
-    /// A call over the rows of `x` (an error where it has none), its only array so far, with
-    /// the defaults the ops change where theirs differ: x's dtype sets the widest pack and
-    /// what the shared path caches per column, the warp path takes rows of up to
-    /// [`WARP_MAX_COLS`], no row runs from its head, no column data is re-read, and rows are
-    /// read more than once.
+    /// A call of the op `spec` describes over the rows of `x` (an error where it has none),
+    /// its only array so far.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new<T: Element>(
         stream: &'a Stream,
         op: &'a str,
         kernels: RowKernels<'a>,
+        spec: RowSpec,
         x: &View<'_, T>,
         args: A,
         force: Option<PathKind>,
         launch: bool,
     ) -> Result<Self> {
-        let (rows, cols) = rows_cols(op, x.shape())?;
-        let bytes = size_of::<T>();
-        let mut call = RowCall::over(stream, op, kernels, (rows, cols), max_pack(bytes, bytes), args, force, launch);
-        call.problem.cache_bytes_per_col = bytes as u32;
-        call.arrays.push((x.address(), bytes));
+        let shape = rows_cols(op, x.shape())?;
+        let mut call = RowCall::over(stream, op, kernels, spec, shape, args, force, launch);
+        call.arrays.push((x.address(), size_of::<T>()));
         Ok(call)
     }
 
-    /// A call over `rows x cols` whose kernels load packs of up to `widest` elements, with
-    /// no arrays yet and rows cached as f32; otherwise [`RowCall::new`]'s defaults.
+    /// A call of the op `spec` describes over `rows x cols`, with no arrays yet.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn over(
         stream: &'a Stream,
         op: &'a str,
         kernels: RowKernels<'a>,
+        spec: RowSpec,
         (rows, cols): (usize, usize),
-        widest: usize,
         args: A,
         force: Option<PathKind>,
         launch: bool,
     ) -> Self {
-        let problem = Problem {
-            rows,
-            cols,
-            // Worked out by `run`.
-            pack: 1,
-            block_pack: 1,
-            block_limit: 0,
-            cache_bytes_per_col: size_of::<f32>() as u32,
-            cluster_held_packs: 0,
-            // Worked out by `prepare` from `column_sums`.
-            gathered_bytes_per_col: 0,
-            warp_max_cols: WARP_MAX_COLS,
-            reads_once: false,
-            cache_reads_memory: false,
-            cache_transformed: false,
-            passes_column_bytes: 0,
-            force,
-        };
         RowCall {
             op,
             kernels,
-            widest,
-            problem,
+            spec,
+            rows,
+            cols,
             arrays: RowArrays::new(),
             columns: ColumnArrays::new(),
-            phased: false,
             args,
-            column_bytes: 0,
-            columns_before_blocks: false,
-            column_sums: 0,
             ungathered: None,
+            force,
             launch,
             stream,
         }
     }
 
+    /// The widest row the planner gives the warp path for this op.
+    pub(crate) fn warp_max_cols(&self) -> usize {
+        dispatch::warp_max_cols(&self.spec)
+    }
+
     /// Whether the row length and every array allow the widest pack.
     pub(crate) fn aligned(&self) -> bool {
-        let widest = self.widest;
-        self.problem.cols.is_multiple_of(widest)
+        let widest = self.spec.widest;
+        self.cols.is_multiple_of(widest)
             && (self.arrays.iter().chain(&self.columns))
                 .all(|&(address, bytes)| address % (widest * bytes).min(PACK_BYTES) as u64 == 0)
     }
@@ -334,7 +295,7 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
     /// Whether the block paths may run the rows from their heads in the widest pack: the
     /// call allows it and every array starts at one offset from 16 bytes.
     pub(crate) fn shares_phase(&self) -> bool {
-        self.phased && shared_phase(&self.arrays, self.widest).is_some()
+        self.spec.runs_from_heads && shared_phase(&self.arrays, self.spec.widest).is_some()
     }
 
     /// Plans the call and runs it (or, for `plan_only`, only plans it).
@@ -346,27 +307,26 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
     /// the arguments' shape filled in; [`Prepared::launch`] launches it. A plan comes from
     /// memory where an earlier call had the same key ([`PlanKey`], [`RowKernels::plans`]).
     pub(crate) fn prepare(mut self) -> Result<Prepared<'a, A>> {
-        let widest = self.widest;
+        let widest = self.spec.widest;
         let aligned = self.aligned();
         let pack = if aligned { widest } else { 1 };
-        let phase = if self.phased { shared_phase(&self.arrays, widest) } else { None };
+        let phase = if self.spec.runs_from_heads { shared_phase(&self.arrays, widest) } else { None };
         let block_pack = if aligned || phase.is_some() { widest } else { 1 };
-        self.problem = Problem { pack, block_pack, ..self.problem };
+        let (rows, cols, spec, force) = (self.rows, self.cols, self.spec, self.force);
+        // The kernels' thread limit is asked by `plan`.
+        let problem = Problem { rows, cols, pack, block_pack, block_limit: 0, spec, force };
         let gpu = self.stream.gpu();
         let key = PlanKey {
             kernels: self.kernels.planned(),
             ungathered: self.ungathered.map(RowKernels::planned),
-            problem: self.problem,
+            problem,
             phase,
-            column_sums: self.column_sums,
-            column_bytes: self.column_bytes,
-            columns_before_blocks: self.columns_before_blocks,
         };
         let plans = self.kernels.plans(gpu);
         let planned = match plans.get(&key) {
             Some(planned) => planned,
             None => {
-                let planned = self.plan(self.kernels, self.column_sums, self.ungathered)?;
+                let planned = self.plan(&problem, self.kernels, self.ungathered)?;
                 plans.insert(key, planned);
                 planned
             }
@@ -381,8 +341,8 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             gpu.modules().set_attributes(kernel, attributes)?;
         }
         let shape = self.args.shape_mut();
-        shape.rows = self.problem.rows as u64;
-        shape.cols = self.problem.cols as u64;
+        shape.rows = rows as u64;
+        shape.cols = cols as u64;
         shape.phase = if plan.phased { phase.unwrap_or(0) } else { 0 };
         shape.ahead = plan.ahead;
         shape.stages = plan.stages;
@@ -392,10 +352,11 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
         Ok(Prepared { plan, args: self.args, gathers, launch: Some((self.stream, kernel, config)) })
     }
 
-    /// Plans the call with `kernels` (gathering `column_sums`, else planned again with
-    /// `ungathered`), asking the driver what it has not answered before.
-    fn plan(&self, kernels: RowKernels<'a>, column_sums: u32, ungathered: Option<RowKernels<'a>>) -> Result<Planned> {
-        let Problem { pack, block_pack, .. } = self.problem;
+    /// Plans `problem` with `kernels` (gathering its spec's column sums, else planned again
+    /// with `ungathered`), asking the driver what it has not answered before.
+    fn plan(&self, problem: &Problem, kernels: RowKernels<'a>, ungathered: Option<RowKernels<'a>>) -> Result<Planned> {
+        let &Problem { pack, block_pack, spec, .. } = problem;
+        let column_sums = spec.column_sums;
         let phased = block_pack > pack;
         let gpu = self.stream.gpu();
         let capacity = gpu.info().max_shared_bytes_per_multiprocessor;
@@ -410,7 +371,7 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
         // leaves the column data its L1 room where that comes first, else with all of the
         // SM's shared memory (the launch then leaves L1 what the blocks do not need).
         let first_carveout =
-            if self.columns_before_blocks { shared_carveout(0, self.column_bytes, capacity) } else { 100 };
+            if spec.columns_before_blocks { shared_carveout(0, spec.column_bytes, capacity) } else { 100 };
         let block_kernel = |path| kernel_for(&Plan { path, pack: block_pack, phased, grid: 1, ahead: 0, stages: 1 });
         let shared = |block: u32, bytes: u32| {
             let shared = block_kernel(Path::Shared { block, shared_bytes: bytes })?;
@@ -439,15 +400,14 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
         } else {
             threads(Path::Uncached { block: 0 })?.min(threads(Path::Shared { block: 0, shared_bytes: 0 })?)
         };
-        let problem =
-            Problem { block_limit, gathered_bytes_per_col: gathered_bytes_per_col(column_sums), ..self.problem };
+        let problem = Problem { block_limit, ..*problem };
         let mut plan = plan(&problem, gpu.info(), Occupancies { shared: &shared, cluster: &cluster })?;
         let kernel = match (kernel_for(&plan), ungathered) {
             // The gathering kernels have none on the path planned (the op's estimate of where
             // they run did not hold on this device): planned again with kernels that gather
             // nothing, the op then sums the columns another way.
             (Err(Error::Unsupported(_)), Some(kernels)) if column_sums > 0 => {
-                return self.plan(kernels, 0, None);
+                return self.plan(&Problem { spec: spec.ungathered(), ..problem }, kernels, None);
             }
             (kernel, _) => kernel?,
         };
@@ -477,9 +437,9 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
         }
         let attributes = match plan.path {
             Path::Shared { block, shared_bytes, .. } => {
-                let resident = if self.columns_before_blocks { 0 } else { shared(block, shared_bytes)? };
+                let resident = if spec.columns_before_blocks { 0 } else { shared(block, shared_bytes)? };
                 let needed = resident * (shared_bytes + ROW_STATIC_SHARED_BYTES + RESERVED_SHARED_BYTES);
-                let carveout = shared_carveout(needed, self.column_bytes, capacity);
+                let carveout = shared_carveout(needed, spec.column_bytes, capacity);
                 Some(Attributes { dynamic_shared: shared_bytes.max(ROW_STATIC_SHARED_BYTES), carveout: Some(carveout) })
             }
             Path::Cluster { shared_bytes, .. } => Some(cluster_attributes(shared_bytes)),
@@ -505,7 +465,7 @@ pub(crate) struct Prepared<'a, A> {
     /// The kernel's arguments, which the op may still complete (a partial array sized by
     /// the plan's grid).
     pub args: A,
-    /// Whether the kernel gathers the call's column sums ([`RowCall::column_sums`]).
+    /// Whether the kernel gathers the column sums of the call's spec ([`RowSpec::column_sums`]).
     pub gathers: bool,
     /// The stream, kernel and geometry; `None` for a call that only plans.
     launch: Option<(&'a Stream, Kernel, LaunchConfig)>,
@@ -696,9 +656,6 @@ mod tests {
             ungathered: None,
             problem: dispatch::tests::problem(rows, 1024, 4),
             phase: None,
-            column_sums: 0,
-            column_bytes: 0,
-            columns_before_blocks: false,
         };
         let plan = Plan { path: Path::Uncached { block: 256 }, pack: 4, phased: false, grid: 1, ahead: 0, stages: 1 };
         let kernel = Kernel { function: std::ptr::null_mut(), symbol: "softmax", max_threads_per_block: 1024 };
