@@ -33,8 +33,9 @@
 //!   naming the GPU of runs recorded without a header.
 //!
 //! The run's commit is compiled in from `RILL_COMMIT` where the build sets it, else asked of
-//! `git describe --always --dirty` where the benchmark runs (empty without git); the
-//! driver's release is read from `/proc/driver/nvidia/version` where the system has it.
+//! `git describe --always --dirty` in the checkout holding the executable (empty outside
+//! one); the driver's release is read from `/proc/driver/nvidia/version` where the system
+//! has it.
 //!
 //! Effective bandwidth counts each input read once and each output written once. Each
 //! figure is the median of 15 batches timed with CUDA events, after warm-up, cycling
@@ -229,12 +230,18 @@ fn run(gpu: Gpu, options: &Options) -> Result<(), Box<dyn Error>> {
 }
 
 /// The build's commit: compiled in from `RILL_COMMIT`, else `git describe --always --dirty`
-/// where the benchmark runs, else empty.
+/// of the checkout holding this executable (where cargo built it, or the bundle it was copied
+/// into), else empty. Not the working directory's: a bundle may run in another checkout.
 fn commit() -> String {
     if let Some(commit) = option_env!("RILL_COMMIT").map(str::trim).filter(|commit| !commit.is_empty()) {
         return commit.to_string();
     }
+    let Some(dir) = std::env::current_exe().ok().and_then(|exe| exe.parent().map(Path::to_path_buf)) else {
+        return String::new();
+    };
     Command::new("git")
+        .arg("-C")
+        .arg(dir)
         .args(["describe", "--always", "--dirty"])
         .output()
         .ok()
@@ -404,8 +411,8 @@ mod tests {
         assert_eq!(command_line(Vec::new()), "rill-bench");
     }
 
-    /// Without `RILL_COMMIT` compiled in, the commit comes from git where there is one; it is
-    /// one line either way.
+    /// Without `RILL_COMMIT` compiled in, the commit is the checkout's that holds the test
+    /// executable (this one, under target/), where there is git; one line either way.
     #[test]
     fn the_commit_is_one_line() {
         let commit = commit();
