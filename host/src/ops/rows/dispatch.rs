@@ -194,14 +194,14 @@ pub struct Problem {
 impl Problem {
     /// A block path's plan: in the block paths' pack, rows run from their heads where that
     /// is wider than every row allows.
-    fn block_plan(&self, path: Path, grid: u32) -> Plan {
+    pub(super) fn block_plan(&self, path: Path, grid: u32) -> Plan {
         Plan { path, pack: self.block_pack, phased: self.block_phased(), grid, ahead: 0, stages: 1 }
     }
 
     /// Whether a cluster's blocks each own a part of every row's columns (the kernels'
     /// `RowShape::cluster_part`): where they gather column sums from rows run from their
     /// heads. Elsewhere they split a row's aligned packs.
-    fn owns_parts(&self) -> bool {
+    pub(super) fn owns_parts(&self) -> bool {
         self.spec.gathered_bytes_per_col() > 0 && self.block_phased()
     }
 
@@ -217,7 +217,7 @@ impl Problem {
     /// driver picks for cluster kernels (no carveout set), leaving L1 60 KB of the SM's
     /// 256 for the weight's 49 KB, and two of 98816 do not, so they take the 228 KB one
     /// and leave it 28.
-    fn slice_packs(&self, cluster: u32) -> u64 {
+    pub(super) fn slice_packs(&self, cluster: u32) -> u64 {
         let (cols, pack) = (self.cols as u64, self.block_pack.max(1) as u64);
         if self.owns_parts() {
             part_packs(cluster_part_cols(cols, pack, cluster), pack, cols.is_multiple_of(pack))
@@ -228,7 +228,7 @@ impl Problem {
 
     /// The columns of one block's slice of a row split over `cluster` blocks: its part's
     /// where it owns one, else its packs'.
-    fn slice_cols(&self, cluster: u32) -> u64 {
+    pub(super) fn slice_cols(&self, cluster: u32) -> u64 {
         let pack = self.block_pack.max(1) as u64;
         if self.owns_parts() {
             cluster_part_cols(self.cols as u64, pack, cluster)
@@ -239,38 +239,38 @@ impl Problem {
 
     /// Shared memory of a block holding `cols` columns of each cached array and of the
     /// gathered sums.
-    fn block_bytes(&self, cols: u64) -> u64 {
+    pub(super) fn block_bytes(&self, cols: u64) -> u64 {
         self.staged_block_bytes(cols, 1)
     }
 
     /// [`Problem::block_bytes`] with `stages` caches of the rows.
-    fn staged_block_bytes(&self, cols: u64, stages: u32) -> u64 {
+    pub(super) fn staged_block_bytes(&self, cols: u64, stages: u32) -> u64 {
         stages as u64 * cols * self.spec.cache_bytes_per_col as u64 + self.gathered_bytes(cols)
     }
 
     /// Whether the shared-path kernel may stage rows in [`ROW_CACHE_STAGES`] caches: a
     /// backward that gathers column sums from aligned rows (its grid one wave of blocks).
-    fn stages_rows(&self) -> bool {
+    pub(super) fn stages_rows(&self) -> bool {
         self.spec.gathered_bytes_per_col() > 0 && !self.block_phased()
     }
 
     /// Shared memory of the gathered sums of `cols` columns (the kernels' `ColumnSlab`:
     /// each sum's columns 16-byte aligned).
-    fn gathered_bytes(&self, cols: u64) -> u64 {
+    pub(super) fn gathered_bytes(&self, cols: u64) -> u64 {
         let sums = self.spec.gathered_bytes_per_col() / size_of::<f32>() as u32;
         column_gather_bytes(1, sums, column_gather_stride(cols))
     }
 
     /// Whether the block paths run rows from their heads: their pack is wider than every
     /// row allows.
-    fn block_phased(&self) -> bool {
+    pub(super) fn block_phased(&self) -> bool {
         self.block_pack > self.pack
     }
 
     /// Whether the gathered column sums take no more shared memory than the cached rows
     /// (all but 16-bit LayerNorm's), which decides where the sums gather and on which
     /// clusters ([`gathers_columns`], [`cluster_plan`]).
-    fn sums_fit_caches(&self) -> bool {
+    pub(super) fn sums_fit_caches(&self) -> bool {
         self.spec.gathered_bytes_per_col() <= self.spec.cache_bytes_per_col
     }
 }
@@ -557,7 +557,7 @@ fn warp_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
 }
 
 /// A block per row, grid-strided ([`grid_stride_blocks`] over the rows' threads).
-fn block_grid(rows: usize, block: u32, device: &DeviceInfo) -> u32 {
+pub(super) fn block_grid(rows: usize, block: u32, device: &DeviceInfo) -> u32 {
     grid_stride_blocks(rows as u64 * block as u64, block, device)
 }
 
@@ -622,7 +622,7 @@ fn stages_rows(
 
 /// Whether `bytes` of a row's cache fit one block's dynamic shared memory beside the row
 /// kernels' static shared memory.
-fn fits_a_block(bytes: u64, device: &DeviceInfo) -> bool {
+pub(super) fn fits_a_block(bytes: u64, device: &DeviceInfo) -> bool {
     bytes <= device.max_shared_bytes_per_block_optin.saturating_sub(ROW_STATIC_SHARED_BYTES) as u64
 }
 
@@ -662,19 +662,19 @@ const GATHERING_BLOCKS_AN_SM: u32 = 2;
 /// Whether the largest cluster holds a row of `cols` columns of `per_col` bytes on a GPU
 /// with clusters: each block's slice (rounded up to 16 columns, past any pack) in its
 /// shared memory.
-fn fits_a_cluster(cols: u64, per_col: u32, device: &DeviceInfo) -> bool {
+pub(super) fn fits_a_cluster(cols: u64, per_col: u32, device: &DeviceInfo) -> bool {
     let slice_cols = cols.div_ceil(MAX_CLUSTER_BLOCKS as u64).next_multiple_of(PACK_BYTES as u64);
     has_clusters(device) && slice_cols * per_col as u64 <= cluster_block_bytes(device)
 }
 
 /// Whether the GPU runs thread-block clusters (sm_90 on).
-fn has_clusters(device: &DeviceInfo) -> bool {
+pub(super) fn has_clusters(device: &DeviceInfo) -> bool {
     device.compute_capability.0 >= 9
 }
 
 /// The dynamic shared memory a cluster block's slice may take beside the cluster kernels'
 /// static shared memory.
-fn cluster_block_bytes(device: &DeviceInfo) -> u64 {
+pub(super) fn cluster_block_bytes(device: &DeviceInfo) -> u64 {
     device.max_shared_bytes_per_block_optin.saturating_sub(CLUSTER_STATIC_SHARED_BYTES) as u64
 }
 
@@ -786,7 +786,7 @@ fn gathers_two_blocks_an_sm(problem: &Problem, fewest: &Plan) -> bool {
 
 /// The cluster path's grid: [`CLUSTER_WAVES`] waves of `resident` clusters of `cluster`
 /// blocks, or a cluster a row where there are fewer rows.
-fn cluster_grid(problem: &Problem, cluster: u32, resident: u32) -> u32 {
+pub(super) fn cluster_grid(problem: &Problem, cluster: u32, resident: u32) -> u32 {
     let clusters = (problem.rows as u64).min(resident as u64 * CLUSTER_WAVES as u64).max(1);
     (clusters * cluster as u64) as u32
 }

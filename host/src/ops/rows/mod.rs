@@ -3,6 +3,7 @@
 //! for the ops' `plan_only`, returns the plan).
 
 pub mod dispatch;
+pub mod enumerate;
 pub mod spec;
 
 use crate::Stream;

@@ -1,0 +1,1 @@
+//! Every feasible plan for a row op's spec and shape on a device (being written).
