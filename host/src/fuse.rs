@@ -9,11 +9,12 @@
 
 use crate::error::{DriverContext, Error, Result, invalid};
 use crate::gpu::Gpu;
+use crate::gpu::Owner;
 use crate::launch::{LaunchConfig, launch};
 use crate::module::Kernel;
 use crate::norm::{NormKind, NormParts};
 use crate::ops::elementwise::launch_over;
-use crate::ops::rows::{FamilyIndex, OpClass, RowCall, RowKernels, RowPlans, RowSpec, rows_cols};
+use crate::ops::rows::{FamilyIndex, OpClass, RowCall, RowKernels, RowSpec, UserKernels, rows_cols};
 use crate::softmax::{PathKind, Plan};
 use crate::tensor::{AsViewMut, Element, View};
 use crate::{DType, Stream};
@@ -36,8 +37,9 @@ pub struct FusedModule {
     /// device, which would wait for the stream's work in every call (and break stream
     /// capture). A global that is not a family's facts keeps the message its use gets.
     facts: HashMap<String, (FamilyIndex, std::result::Result<FusedFacts, String>)>,
-    /// The row families' plans, which go with the module's kernels when it unloads.
-    row_plans: RowPlans,
+    /// Who the module's kernels are to the row engine's remembered plans, which are never
+    /// found again once it unloads.
+    owner: Owner,
     // Keeps the context alive until the module is unloaded (in `drop`).
     gpu: Gpu,
 }
@@ -86,7 +88,7 @@ impl FusedModule {
             symbols: declared_symbols(ptx),
             kernels: Mutex::default(),
             facts: HashMap::new(),
-            row_plans: RowPlans::default(),
+            owner: Owner::new(),
             gpu: gpu.clone(),
         };
         let names = loaded.symbols.iter().filter_map(|symbol| symbol.strip_suffix(FACTS_SUFFIX));
@@ -144,11 +146,6 @@ impl FusedModule {
         let kernel = self.kernel(name)?;
         // SAFETY: the caller's promise.
         unsafe { launch(stream, kernel, config, params) }
-    }
-
-    /// The plans of the module's row families.
-    pub(crate) fn row_plans(&self) -> &RowPlans {
-        &self.row_plans
     }
 
     /// The `(path, pack)` kernel of family `name`.
@@ -306,10 +303,20 @@ impl<'m> FusedRows<'m> {
     ) -> Result<RowCall<'c, A>> {
         let op = self.name.as_str();
         rows_cols(op, &[rows, cols])?;
-        let kernels = RowKernels::Fused { module: self.module, name: op, index: self.index };
+        let kernels = RowKernels::Fused(self);
         let mut call = RowCall::over(stream, op, kernels, self.spec(), (rows, cols), args, self.force, true);
         call.arrays = arrays.iter().map(|a| (a.address, a.element_bytes)).collect();
         Ok(call)
+    }
+}
+
+impl UserKernels for FusedRows<'_> {
+    fn kernel(&self, path: RowPath, pack: usize) -> Result<Kernel> {
+        self.module.row_kernel(&self.name, path, pack)
+    }
+
+    fn owner(&self) -> (Owner, FamilyIndex) {
+        (self.module.owner, self.index)
     }
 }
 

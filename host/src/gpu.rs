@@ -2,11 +2,11 @@
 
 use crate::error::{DriverContext, Error, Result, invalid};
 use crate::module::Modules;
-use crate::ops::rows::RowPlans;
 use cust::context::{Context, CurrentContext};
 use cust::device::{Device, DeviceAttribute};
 use cust::stream::{Stream as CudaStream, StreamFlags};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What dispatch and launch geometry need to know about the device, read once.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,6 +29,19 @@ pub struct DeviceInfo {
     pub driver_api: (u32, u32),
 }
 
+/// An identity no other GPU or user module of the process takes, even after it is gone:
+/// what caches kept above the GPU (the row engine's plans) key their entries by, so an
+/// entry of a dropped GPU or unloaded module is never found again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Owner(u64);
+
+impl Owner {
+    pub(crate) fn new() -> Owner {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        Owner(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
 /// A GPU with its primary context and the lazily loaded PTX modules. Cheap to clone.
 #[derive(Clone)]
 pub struct Gpu {
@@ -39,8 +52,8 @@ struct GpuInner {
     info: DeviceInfo,
     // Dropped before the context (fields drop in order).
     modules: Modules,
-    /// The plans of rill's row families, by what each depends on.
-    row_plans: RowPlans,
+    /// Who this GPU's kernels are to caches kept above it (the row engine's plans).
+    owner: Owner,
     /// `None` for an offline GPU ([`Gpu::offline`]).
     context: Option<Context>,
 }
@@ -119,8 +132,7 @@ impl Gpu {
 
     /// A GPU of `info` and `context`, nothing loaded or planned yet.
     fn with(info: DeviceInfo, context: Option<Context>) -> Gpu {
-        let (modules, row_plans) = (Modules::default(), RowPlans::default());
-        Gpu { inner: Arc::new(GpuInner { info, modules, row_plans, context }) }
+        Gpu { inner: Arc::new(GpuInner { info, modules: Modules::default(), owner: Owner::new(), context }) }
     }
 
     pub fn info(&self) -> &DeviceInfo {
@@ -155,8 +167,9 @@ impl Gpu {
         &self.inner.modules
     }
 
-    pub(crate) fn row_plans(&self) -> &RowPlans {
-        &self.inner.row_plans
+    /// This GPU's identity, which no other GPU (or user module) of the process takes.
+    pub(crate) fn owner(&self) -> Owner {
+        self.inner.owner
     }
 }
 

@@ -87,15 +87,6 @@ pub const fn max_pack(in_bytes: usize, out_bytes: usize) -> usize {
 /// Threads in a warp.
 pub const WARP_SIZE: u32 = 32;
 
-/// Whether a warp-path kernel of `warp_elements` a lane, over rows of `element_bytes`
-/// elements, holds the request for the rows [`RowShape::ahead`] (a forward with element
-/// outputs, on the host: rows not read once): the widest tier's 16-bit rows, where few warps
-/// fit an SM. Elsewhere the code alone cost registers or points (docs/PERF.md), so the
-/// kernels compile it, and the planner asks for it, only here.
-pub const fn requests_rows_ahead(warp_elements: usize, element_bytes: usize) -> bool {
-    warp_elements == crate::table::RowPath::Warp32.warp_elements() && element_bytes == 2
-}
-
 /// Threads per block of the row-wise ops' warp path (groups of `width` lanes, one or two
 /// rows each).
 pub const ROW_WARP_BLOCK_SIZE: u32 = 128;

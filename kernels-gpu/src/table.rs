@@ -299,6 +299,15 @@ macro_rules! declare_softmax_kinds {
 }
 softmax_kernels!(kinds declare_softmax_kinds);
 
+/// Whether a warp-path kernel of `warp_elements` a lane, over rows of `element_bytes`
+/// elements, holds the request for the rows [`RowShape::ahead`](crate::abi::RowShape::ahead)
+/// (a forward with element outputs): the widest tier's 16-bit rows, where few warps fit an
+/// SM. Elsewhere the code alone cost registers (docs/DECISIONS.md), so the kernels compile
+/// it, and the planner asks for it, only here.
+pub const fn requests_rows_ahead(warp_elements: usize, element_bytes: usize) -> bool {
+    warp_elements == RowPath::Warp32.warp_elements() && element_bytes == 2
+}
+
 /// Every norm row kernel: the forwards for each (x, y, gamma/beta) dtype triple, output
 /// casts included; the backward for the triples whose output is the input dtype; each
 /// path at the widest pack and pack 1; the phased block paths (odd widths run from each

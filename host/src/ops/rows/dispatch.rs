@@ -13,9 +13,9 @@ use crate::launch::grid_stride_blocks;
 use rill_kernels_gpu::abi::{
     CLUSTER_STATIC_SHARED_BYTES, MAX_CLUSTER_BLOCKS, PACK_BYTES, ROW_CACHE_STAGES, ROW_CLUSTER_SIZES,
     ROW_STATIC_SHARED_BYTES, ROW_WARP_BLOCK_SIZE, WARP_SIZE, cluster_part_cols, column_gather_bytes,
-    column_gather_stride, part_packs, requests_rows_ahead, rows_per_access,
+    column_gather_stride, part_packs, rows_per_access,
 };
-use rill_kernels_gpu::table::RowPath;
+use rill_kernels_gpu::table::{RowPath, requests_rows_ahead};
 
 use super::spec::{OpClass, RowSpec};
 

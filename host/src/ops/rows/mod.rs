@@ -8,7 +8,7 @@ pub mod spec;
 
 use crate::Stream;
 use crate::error::{Error, Result, invalid};
-use crate::fuse::FusedModule;
+use crate::gpu::Owner;
 use crate::launch::{LaunchConfig, Tally, active_clusters, count, launch};
 use crate::module::{Attributes, Kernel, KernelKey};
 use crate::tensor::{Element, View};
@@ -22,7 +22,7 @@ use rill_kernels_gpu::abi::{
 use rill_kernels_gpu::table::{NormKernelKind, RowPath, SoftmaxKind};
 use smallvec::SmallVec;
 pub use spec::{OpClass, RowSpec};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{LazyLock, Mutex, PoisonError};
 
 /// Rows and columns of a tensor normalized over its last axis.
 pub(crate) fn rows_cols(op: &str, shape: &[usize]) -> Result<(usize, usize)> {
@@ -67,13 +67,19 @@ pub(crate) fn check_aligned(op: &str, what: &str, address: u64, bytes: u64) -> R
 #[derive(Clone, Copy)]
 pub(crate) enum RowKernels<'a> {
     Library(LibraryKernels),
-    /// A user's kernels of one name in their own module (`crate::fuse`), the module's
-    /// `index`th family.
-    Fused {
-        module: &'a FusedModule,
-        name: &'a str,
-        index: FamilyIndex,
-    },
+    /// A user's family in their own module (`crate::fuse`).
+    Fused(&'a dyn UserKernels),
+}
+
+/// What the engine asks of a user's row kernel family: its kernels, and who its plans are
+/// remembered for. `crate::fuse` implements it; the engine knows nothing else of modules.
+pub(crate) trait UserKernels {
+    /// The family's kernel on `path` at `pack`; `Unsupported` where there is none.
+    fn kernel(&self, path: RowPath, pack: usize) -> Result<Kernel>;
+
+    /// Whose kernels these are (their module's [`Owner`], which may unload before the
+    /// GPU goes) and the family's place among the owner's families.
+    fn owner(&self) -> (Owner, FamilyIndex);
 }
 
 /// A fused family's place among its module's families, fixed at load.
@@ -109,37 +115,30 @@ impl RowKernels<'_> {
             RowKernels::Library(LibraryKernels::Norm { kind, dtypes }) => {
                 gpu.modules().kernel(KernelKey::Norm { kind, path, dtypes, pack })
             }
-            RowKernels::Fused { module, name, .. } => module.row_kernel(name, path, pack),
+            RowKernels::Fused(family) => family.kernel(path, pack),
         }
     }
 
     /// Whether the family has cluster-path kernels (`fused_softmax!` makes none).
     fn has_clusters(self) -> bool {
-        !matches!(self, RowKernels::Fused { .. })
+        !matches!(self, RowKernels::Fused(_))
     }
 
-    /// The family as its remembered plans name it.
-    fn planned(self) -> PlannedKernels {
+    /// The family as its remembered plans name it: whose kernels they are (the GPU's for
+    /// rill's families) and which.
+    fn planned(self, gpu: &crate::Gpu) -> (Owner, PlannedKernels) {
         match self {
-            RowKernels::Library(kernels) => PlannedKernels::Library(kernels),
-            RowKernels::Fused { index, .. } => PlannedKernels::Fused(index),
-        }
-    }
-}
-
-impl<'a> RowKernels<'a> {
-    /// Where the family's plans are remembered: rill's with the GPU, a user's with their
-    /// module, whose kernels they name and which may unload before the GPU goes.
-    fn plans(self, gpu: &'a crate::Gpu) -> &'a RowPlans {
-        match self {
-            RowKernels::Library(_) => gpu.row_plans(),
-            RowKernels::Fused { module, .. } => module.row_plans(),
+            RowKernels::Library(kernels) => (gpu.owner(), PlannedKernels::Library(kernels)),
+            RowKernels::Fused(family) => {
+                let (owner, index) = family.owner();
+                (owner, PlannedKernels::Fused(index))
+            }
         }
     }
 }
 
 /// A row call's kernels as a [`PlanKey`] names them: rill's family, or a fused family by
-/// its place in the module whose [`RowPlans`] hold it.
+/// its place in its module.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum PlannedKernels {
     Library(LibraryKernels),
@@ -151,6 +150,8 @@ enum PlannedKernels {
 /// rows' phase. The arrays' addresses enter only through the packs and the phase.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct PlanKey {
+    /// Whose kernels the plan launches: a GPU's, or a user's module's.
+    owner: Owner,
     kernels: PlannedKernels,
     ungathered: Option<PlannedKernels>,
     problem: Problem,
@@ -168,14 +169,19 @@ struct Planned {
     config: LaunchConfig,
 }
 
-/// Row plans by [`PlanKey`] (a GPU's for rill's families, a fused module's for its own), so
-/// that a call of a shape seen before skips the planner, its kernel lookups and its occupancy questions (each a lock and a hash; measured
-/// in docs/PERF.md, "The small-shape regime"). Forgotten all at once when full: shapes
-/// that vary call by call (rows of every length) must not grow it without bound.
+/// Row plans by [`PlanKey`], so that a call of a shape seen before skips the planner, its
+/// kernel lookups and its occupancy questions (each a lock and a hash; docs/DECISIONS.md,
+/// "Remembered plans"). Forgotten all at once when full: shapes that vary call by call
+/// (rows of every length) must not grow it without bound. The engine keeps one for every
+/// GPU and module ([`REMEMBERED`]): a key names its owner, whose identity no later owner
+/// takes, so a plan of a dropped GPU or unloaded module is never found again.
 #[derive(Default)]
 pub(crate) struct RowPlans {
     plans: Mutex<HashMap<PlanKey, Planned>>,
 }
+
+/// The engine's remembered plans.
+static REMEMBERED: LazyLock<RowPlans> = LazyLock::new(RowPlans::default);
 
 /// Plans a [`RowPlans`] remembers before it starts over.
 const REMEMBERED_PLANS: usize = 4096;
@@ -317,18 +323,14 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
         // The kernels' thread limit is asked by `plan`.
         let problem = Problem { rows, cols, pack, block_pack, block_limit: 0, spec, force };
         let gpu = self.stream.gpu();
-        let key = PlanKey {
-            kernels: self.kernels.planned(),
-            ungathered: self.ungathered.map(RowKernels::planned),
-            problem,
-            phase,
-        };
-        let plans = self.kernels.plans(gpu);
-        let planned = match plans.get(&key) {
+        let (owner, kernels) = self.kernels.planned(gpu);
+        let ungathered = self.ungathered.map(|kernels| kernels.planned(gpu).1);
+        let key = PlanKey { owner, kernels, ungathered, problem, phase };
+        let planned = match REMEMBERED.get(&key) {
             Some(planned) => planned,
             None => {
                 let planned = self.plan(&problem, self.kernels, self.ungathered)?;
-                plans.insert(key, planned);
+                REMEMBERED.insert(key, planned);
                 planned
             }
         };
@@ -652,7 +654,9 @@ mod tests {
     #[test]
     fn plans_are_remembered_by_key_and_forgotten_all_at_once_when_full() {
         let plans = RowPlans::default();
+        let owner = Owner::new();
         let key = |rows| PlanKey {
+            owner,
             kernels: PlannedKernels::Library(LibraryKernels::Softmax { kind: SoftmaxKind::Forward, dtype: DType::F32 }),
             ungathered: None,
             problem: dispatch::tests::problem(rows, 1024, 4),
@@ -667,6 +671,8 @@ mod tests {
         assert!(plans.get(&key(2)).is_none());
         assert!(plans.get(&PlanKey { phase: Some(3), ..key(1) }).is_none());
         assert!(plans.get(&PlanKey { kernels: PlannedKernels::Fused(0), ..key(1) }).is_none());
+        // Another GPU's (or module's) plans.
+        assert!(plans.get(&PlanKey { owner: Owner::new(), ..key(1) }).is_none());
         (2..=REMEMBERED_PLANS).for_each(|rows| plans.insert(key(rows), planned));
         assert!(plans.get(&key(1)).is_some());
         plans.insert(key(REMEMBERED_PLANS + 1), planned);

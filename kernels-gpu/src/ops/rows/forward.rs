@@ -15,12 +15,12 @@ use super::{
     BlockRow, BlockSplit, RowCache, RowSplit, Slice, WarpRows, block_packs, block_packs_loaded, request_ahead,
     warp_load, warp_row_reduce, warp_store,
 };
-use crate::abi::{RowShape, requests_rows_ahead};
+use crate::abi::RowShape;
 use crate::arch::{dynamic_shared_addr, thread_idx_x, wait_async_copies};
 use crate::pack::{Load, LoadOne, Store, StoreOne};
 use crate::reduce::{Reduce, Sum};
 use crate::scalar::Scalar;
-use crate::table::RowPath;
+use crate::table::{RowPath, requests_rows_ahead};
 use crate::unroll::{unroll, unrolled_array};
 
 /// What takes in a thread's values of a row, a pack (or a single edge element) at a time.
