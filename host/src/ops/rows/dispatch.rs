@@ -417,7 +417,7 @@ fn prefers_small_blocks(problem: &Problem, plan: &Plan, device: &DeviceInfo) -> 
 }
 
 /// The block of [`prefers_small_blocks`]: two warps.
-const SMALL_BLOCK: u32 = 64;
+pub(super) const SMALL_BLOCK: u32 = 64;
 
 /// Widest row [`prefers_small_blocks`] was measured on.
 const SMALL_BLOCK_MAX_COLS: usize = 1024;
@@ -474,7 +474,7 @@ const AHEAD_MAX_WARPS: u32 = 20;
 const AHEAD_L2_SHARE: u64 = 8;
 
 /// Granularity in which the driver allots a block's shared memory (sm_80 and later).
-const SHARED_ALLOCATION_BYTES: u32 = 128;
+pub(super) const SHARED_ALLOCATION_BYTES: u32 = 128;
 
 /// Shared-path `plan` with its dynamic shared memory padded until at most
 /// [`FEWER_BLOCKS_RESIDENT`] blocks fit an SM (the kernel uses only its cache's bytes), or
@@ -880,7 +880,7 @@ fn gathering_cluster_halves(problem: &Problem, largest: ClusterBlocks) -> bool {
 }
 
 /// Block sizes a row read once streams in, largest first: whole warps, down to one.
-const STREAMING_BLOCK_SIZES: [u32; 3] = [128, 64, 32];
+pub(super) const STREAMING_BLOCK_SIZES: [u32; 3] = [128, 64, 32];
 
 /// Packs a thread of a streaming block takes at least, where one of
 /// [`STREAMING_BLOCK_SIZES`] allows.

@@ -4,6 +4,7 @@
 
 pub mod dispatch;
 pub mod enumerate;
+pub mod profiles;
 pub mod spec;
 
 use crate::Stream;
