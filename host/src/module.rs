@@ -103,8 +103,8 @@ pub(crate) struct Attributes {
 
 /// What rill set on a kernel, and asked the driver about it, so that a call asks again
 /// nothing the driver has answered. Measured on the H100: the attribute settings and
-/// occupancy questions of the row planner made a small call's host time (see docs/PERF.md,
-/// "The small-shape regime").
+/// occupancy questions of the row planner made a small call's host time (docs/DECISIONS.md,
+/// "Remembered plans").
 #[derive(Default)]
 struct FunctionState {
     dynamic_shared: Option<u32>,

@@ -181,7 +181,7 @@ pub trait Load<const N: usize> {
     /// Whether [`Load::transform`] does arithmetic beyond the conversion to f32 (a
     /// dequantization), so each read of a cached row costs it: the block softmax then takes
     /// its max and sum in one pass over the cache instead of two. Measured on the H100
-    /// (int8 dequantizing softmax, 4096 x 32000): see docs/PERF.md.
+    /// (int8 dequantizing softmax, 4096 x 32000): docs/DECISIONS.md, "`cp.async` row caches".
     const TRANSFORMS: bool = false;
 
     /// The raw words one fetch brings in.

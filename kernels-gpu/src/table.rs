@@ -677,7 +677,7 @@ impl KernelKey {
     /// bf16 RMSNorm at 4096x32001 and 32768). Capped at 80 (16-bit, 0-4 bytes spilled) and
     /// 64 (f32, none), blocks of 384 and 512 run two an SM: on the H100 at 4096 rows, 16-bit
     /// `rms_norm_backward+params` from 53-55% of copy to 58-61 at 32001 and 50257, f32 from
-    /// 68-69 to 74-76 at 32001 and 131073 (docs/PERF.md). At 64 the 16-bit kernels spill
+    /// 68-69 to 74-76 at 32001 and 131073 (docs/DECISIONS.md, "Register caps"). At 64 the 16-bit kernels spill
     /// 92-108 bytes and gained at most a point.
     pub const fn register_cap(self) -> Option<u32> {
         match self {

@@ -642,7 +642,7 @@ pub(super) fn fits_a_block(bytes: u64, device: &DeviceInfo) -> bool {
 /// 1025-50257 columns), whose packs' terms then reached the sums a word at a time (now in
 /// aligned runs of 1-4 words), against the second kernel: f32 RMSNorm +8 to +17 points of
 /// copy and LayerNorm +2 to +13, 16-bit RMSNorm -0.5 to +5, 16-bit LayerNorm -4 to -17, and
-/// -14 to -17 on clusters of two blocks an SM (32001-131073 columns; see docs/PERF.md).
+/// -14 to -17 on clusters of two blocks an SM (32001-131073 columns; docs/DECISIONS.md, "Which backwards gather their column sums").
 pub fn gathers_columns(spec: &RowSpec, cols: usize, phased: bool, device: &DeviceInfo) -> bool {
     let gathering = Problem { rows: 0, cols, pack: 1, block_pack: 1, block_limit: 0, spec: *spec, force: None };
     let sums_fit_caches = gathering.sums_fit_caches();
@@ -871,7 +871,7 @@ const GATHERING_HALVED_PACKS: u64 = 5;
 /// would take 6-8, every row lost 3.5-8 points (f32 LayerNorm at 49152 and 98304, RMSNorm
 /// at 65536 and 131072, bf16 RMSNorm at 98304 and 196608). Clusters of two gained only
 /// where halving evened the threads' shares and lost 3-6 points elsewhere (f32 at 24576
-/// and 28672 columns), so they keep the largest (see docs/PERF.md).
+/// and 28672 columns), so they keep the largest (docs/DECISIONS.md, "Gathering clusters of four blocks or more").
 fn gathering_cluster_halves(problem: &Problem, largest: ClusterBlocks) -> bool {
     problem.spec.gathered_bytes_per_col() > 0
         && largest.cluster >= GATHERING_CLUSTER_HALVES_FROM
@@ -894,7 +894,7 @@ const STREAMING_PACKS_PER_THREAD: u64 = 4;
 /// columns 103-104%, and of 512-1024, a pack or so a thread, 43-64%; at 2048 16-bit columns
 /// 79-85% in blocks of 128 (two packs a thread), 99.6-100% in blocks of 64; at 1152-1536,
 /// 53-72% in blocks of 128, 90-92% in blocks of 32; where blocks of 128 take four packs a
-/// thread, smaller blocks lost 0.5-3 points (see docs/PERF.md).
+/// thread, smaller blocks lost 0.5-3 points (docs/DECISIONS.md, "Rows read once stream").
 fn streaming_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
     let packs = (problem.cols / problem.block_pack.max(1)) as u64;
     let block = STREAMING_BLOCK_SIZES

@@ -575,7 +575,7 @@ where
                 let mut b = warp_load::<LB, P, E>(load_b, at, first, shape, 0.0);
                 if C::GATHERS {
                     // The access's rows share their columns: one read-modify-write of the
-                    // sums a pack adds both rows' terms (measured: see docs/PERF.md).
+                    // sums a pack adds both rows' terms (docs/DECISIONS.md, "Parameter gradients gathered in the dx pass").
                     let held: [bool; 2] = unrolled_array(|r| at.holds::<E>(r, first, shape.rows));
                     unroll::<E>(|i| {
                         if i % P == 0 && at.in_row::<P>(i, shape.cols) {

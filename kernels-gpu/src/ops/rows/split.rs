@@ -392,7 +392,7 @@ impl RowSplit for ClusterSplit {
 /// The loop is counted in 32 bits (an add and a compare a pack, where 64 bits take two
 /// each) beside the 64-bit index the addresses come from: one index in 32 bits alone made
 /// LLVM rebuild every address from it, reloading the arrays' bases a pack (see
-/// docs/PERF.md, "The loops' own instructions"). The host's widest row (`MAX_COLS`, under
+/// docs/DECISIONS.md, "32-bit pack counts"). The host's widest row (`MAX_COLS`, under
 /// 2^31) keeps the count from wrapping.
 #[inline(always)]
 pub(crate) fn block_packs<const P: usize>(slice: Slice, f: impl FnMut(u64, u64)) {

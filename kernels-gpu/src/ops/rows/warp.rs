@@ -65,7 +65,7 @@ impl WarpRows {
     /// not depend on the row, so LLVM would otherwise hoist every address and offset built
     /// from them out of the loop, 64 bits each, live through every row (the 16-bit
     /// 32-element norm forward: 94 registers against 64-72, 5 blocks of 128 an SM against
-    /// 7-8; measured in docs/PERF.md).
+    /// 7-8; docs/DECISIONS.md, "The warp path's columns pinned per pass").
     #[inline(always)]
     pub(crate) fn for_each_access(&self, rows: u64, mut f: impl FnMut(&WarpRows, u64)) {
         strided(self.warp_first, self.step, rows, |base| f(&self.pinned(), base + self.group_offset));
