@@ -102,9 +102,8 @@ pub(crate) struct Attributes {
 }
 
 /// What rill set on a kernel, and asked the driver about it, so that a call asks again
-/// nothing the driver has answered. Measured on the H100: the attribute settings and
-/// occupancy questions of the row planner made a small call's host time (docs/DECISIONS.md,
-/// "Remembered plans").
+/// nothing the driver has answered: the row planner's attribute settings and occupancy questions
+/// were much of a small call's host time (docs/DECISIONS.md, "Remembered plans").
 #[derive(Default)]
 struct FunctionState {
     dynamic_shared: Option<u32>,

@@ -38,20 +38,21 @@ pub fn warp_max_cols(spec: &RowSpec) -> usize {
     }
 }
 
-/// Widest row the norms' backward gives the warp path. Its 32-element tier holds x and dy
-/// (64 registers of row) and ran far behind the shared path at 1024 columns.
+/// Widest row the norms' backward gives the warp path. Its 32-element tier holds x and dy (64
+/// registers of row), which costs it the rows in flight the shared path keeps at 1024 columns
+/// (docs/DECISIONS.md, "The norms' warp-path widths").
 const NORM_BACKWARD_WARP_MAX_COLS: usize = 512;
 
-/// Widest f32 row the norm forwards without a residual give the warp path: the shared path
-/// led at 768-1024 columns (and at 1001, the rows run from their heads, by far), the warp
-/// path at 600. The residual-add forwards were level on either path, and 16-bit rows lose
-/// on the shared path at 1024 columns.
+/// Widest f32 row the norm forwards without a residual give the warp path: past it the shared
+/// path's block of threads a row keeps more bytes in flight than the warp tiers, and rows run from
+/// their heads need it at odd widths; below it the warp path's lighter reduction wins. The
+/// residual-add forwards run level on either path, and 16-bit rows keep the warp path to 1024
+/// columns (docs/DECISIONS.md, "The norms' warp-path widths").
 const F32_NORM_WARP_MAX_COLS: usize = 640;
 
-/// Block sizes the block paths choose among. 384 lets a kernel of 41-56 registers keep three
-/// 64 KB blocks an SM at 12 warps each, where blocks of 512 would keep two (see
-/// [`shared_plan`]); 768 lost where it would have been chosen (f32 causal softmax at 4096x32001
-/// and 50257, 1-3 points of copy).
+/// Block sizes the block paths choose among. 384 lets a kernel of 41-56 registers keep three 64 KB
+/// blocks an SM at 12 warps each, where blocks of 512 would keep two (see [`shared_plan`]); 768 is
+/// left out, as it lost where it would have been chosen (docs/DECISIONS.md, "Block sizes").
 pub const BLOCK_SIZES: [u32; 5] = [128, 256, 384, 512, 1024];
 
 /// Shared memory the driver reserves for itself in every block (sm_80 and later).
@@ -210,13 +211,10 @@ impl Problem {
     /// rows run from their heads, the most any row of this width gives: every pack of the
     /// part where the width is a multiple of the pack (the rows' arrays may start on 16
     /// bytes, run from their heads because a column array does not), else those after the
-    /// longest head. Not every pack at other widths: one more pack of shared memory took
-    /// f32 LayerNorm at 4096 x 12345 from 70% of copy to 64% on the H100, two blocks of
-    /// 98816 bytes an SM against 98784. Likely (not profiled): with their static and
-    /// reserved bytes two blocks of 98784 fit the 196 KB shared-memory configuration the
-    /// driver picks for cluster kernels (no carveout set), leaving L1 60 KB of the SM's
-    /// 256 for the weight's 49 KB, and two of 98816 do not, so they take the 228 KB one
-    /// and leave it 28.
+    /// longest head. Not every pack at other widths: one pack more of shared memory can move two
+    /// cluster blocks from the 196 KB shared-memory configuration the driver picks for cluster
+    /// kernels (no carveout set), which leaves L1 60 KB of the SM's 256 for the weight, to the 228
+    /// KB one, which leaves it 28 (docs/DECISIONS.md, "The L1 carveout for column data").
     pub(super) fn slice_packs(&self, cluster: u32) -> u64 {
         let (cols, pack) = (self.cols as u64, self.block_pack.max(1) as u64);
         if self.owns_parts() {
@@ -342,13 +340,12 @@ pub fn plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancies<'_>) 
 /// Whether a shared-path `plan` whose cached reads read memory beside the cache
 /// ([`Problem::cache_reads_memory`]), `resident` blocks an SM, loses to the uncached path:
 /// one block an SM, in packs wider than an element, of a cache narrower than f32 or of rows
-/// run from their heads. Measured on the H100 (scaled-masked softmax, the mask read on every
-/// read of the cache), shared against uncached, % of copy: 4096x65536 in 16 bits 80-82.5
-/// against 87-88; 4096x32001 f32 from the rows' heads 70.1 against 78.9 (at 50257, 74.5
-/// against 73.2); 49152x32768 f32, aligned, the other way, 93.4 against 86.1. The likely
-/// cause (not profiled): a 16-bit cache holds two elements in the bytes of one f32, each
-/// converted and added to its mask on every read, so a lone block of 16-bit rows runs out
-/// of issue slots where an f32 one does not.
+/// run from their heads. Each cached read also reads the mask, and a lone block has no other
+/// block's loads to overlap those reads with; a 16-bit cache holds two elements in the bytes of one
+/// f32, each converted and added to its mask on every read, so a lone block of 16-bit rows runs out
+/// of issue slots where an aligned f32 one does not, and the uncached path's loads keep more in
+/// flight (docs/DECISIONS.md, "The masked kind streams rather than caches where one block holds an
+/// SM").
 fn prefers_streaming(problem: &Problem, plan: &Plan, resident: u32) -> bool {
     problem.spec.cache_reads_memory
         && plan.pack > 1
@@ -361,12 +358,10 @@ fn prefers_streaming(problem: &Problem, plan: &Plan, resident: u32) -> bool {
 /// block an SM, on rows run from their heads, or on any rows where each SM's share of the
 /// DRAM's bandwidth passes [`FAST_DRAM_BYTES_PER_SM`] (a cluster's blocks share SMs, so
 /// one block's passes and weight reads overlap another's loads). Aligned rows that gather
-/// column sums keep their own plans ([`gathers_columns`], [`cluster_plan`]). Measured (norm
-/// backward, % of copy, 4096 rows unless noted): on the H100, 16-bit at 32001 columns, the
-/// shared path (one block of 128 KB an SM) 66-67, a cluster of two 64 KB blocks 75; at
-/// 50257, 78 against 81; aligned, 49152 x 32768 bf16, 95.2 against 91.8 (RMSNorm). On the
-/// H200, aligned: bf16 at 32768 72-78 against 83-84, at 40960 62-65 against 73, 49152 x
-/// 32768 75-78 against 88-90; f32 at 16384 78-79 against 87, at 24576 73 against 80-81.
+/// column sums keep their own plans ([`gathers_columns`], [`cluster_plan`]). On aligned rows of a
+/// device whose DRAM is slower a lone block keeps up and the shared path keeps its one pass over a
+/// cached row (docs/DECISIONS.md, "Clusters where the passes read column data, and the DRAM-per-SM
+/// line").
 fn prefers_cluster(problem: &Problem, plan: &Plan, resident: u32, device: &DeviceInfo) -> bool {
     let aligned_rows_move = fast_dram(device) && problem.spec.gathered_bytes_per_col() == 0;
     problem.spec.passes_column_bytes > 0 && resident == 1 && (plan.phased || aligned_rows_move)
@@ -390,15 +385,11 @@ fn sixteen_bit_norm_backward(problem: &Problem, plan: &Plan, device: &DeviceInfo
 }
 
 /// Whether [`sixteen_bit_norm_backward`]'s `plan`, `resident` blocks an SM, runs faster
-/// with at most [`FEWER_BLOCKS_RESIDENT`] of them, at [`FEWER_BLOCKS_COLS`]. Measured on the
-/// H200 (49152 rows, % of copy, the planner's 13 blocks of 128 an SM at 4096 columns and 16
-/// at 2048, against 10): bf16 `layer_norm_backward` 89.0 -> 96.5-97.1 at 4096 and 87.4 ->
-/// 92.2 at 2048, `rms_norm_backward` 91.3 -> 97.8-98.3 and 93.8 -> 95.4; f16 -1.5 to +1.2
-/// (98.7 -> 97.2, 100.3 -> 99.2 at 4096); at 8192 (8 blocks of 256) the plan is already
-/// under the cap. Why bf16 gains and f16 does not (the same kernel but for the
-/// conversions, the same registers and bytes) is not known; the same caps left the
-/// softmax backward (no weight, no saved statistics) within a point at 101-104%, and the
-/// parameter gradients' gathering blocks lost 1-3 points.
+/// with at most [`FEWER_BLOCKS_RESIDENT`] of them, at [`FEWER_BLOCKS_COLS`]: bf16 rows gain, f16
+/// ones (the same kernel but for the conversions) run level or slightly behind, for a reason not
+/// known; the softmax backward (no weight, no saved statistics) does not move and the gathering
+/// plans lose, so they keep theirs (docs/DECISIONS.md, "Fewer blocks an SM and blocks of 64 for the
+/// 16-bit norm backward on fast DRAM").
 fn prefers_fewer_blocks(problem: &Problem, plan: &Plan, resident: u32, device: &DeviceInfo) -> bool {
     sixteen_bit_norm_backward(problem, plan, device)
         && FEWER_BLOCKS_COLS.contains(&problem.cols)
@@ -407,11 +398,9 @@ fn prefers_fewer_blocks(problem: &Problem, plan: &Plan, resident: u32, device: &
 
 /// Whether [`sixteen_bit_norm_backward`]'s `plan` runs faster on blocks of [`SMALL_BLOCK`]
 /// (two packs a thread at 1024 columns, 32 rows an SM in flight instead of 16), at up to
-/// [`SMALL_BLOCK_MAX_COLS`]. Measured on the H200 (49152 rows, % of copy, blocks of 128
-/// against 64): at 1024 columns bf16 `layer_norm_backward` 80.8 -> 85.3,
-/// `rms_norm_backward` 84.5 -> 92.8, f16 81.7 -> 89.8 and 86.3 -> 96.5; at 768 +3 to +7.5.
-/// The parameter gradients' gathering plans (+2 to +5.5 at 1024, -1 to -3 at 768) and f32
-/// (-2 to -6; its backward already at 101-103%) keep blocks of 128.
+/// [`SMALL_BLOCK_MAX_COLS`]. The gathering plans, which lose at 768 columns, and f32, whose
+/// backward already runs at copy speed, keep blocks of 128 (docs/DECISIONS.md, "Fewer blocks an SM
+/// and blocks of 64 for the 16-bit norm backward on fast DRAM").
 fn prefers_small_blocks(problem: &Problem, plan: &Plan, device: &DeviceInfo) -> bool {
     sixteen_bit_norm_backward(problem, plan, device) && problem.cols <= SMALL_BLOCK_MAX_COLS
 }
@@ -419,13 +408,13 @@ fn prefers_small_blocks(problem: &Problem, plan: &Plan, device: &DeviceInfo) -> 
 /// The block of [`prefers_small_blocks`]: two warps.
 pub(super) const SMALL_BLOCK: u32 = 64;
 
-/// Widest row [`prefers_small_blocks`] was measured on.
+/// Widest row [`prefers_small_blocks`] takes: the widest its records cover.
 const SMALL_BLOCK_MAX_COLS: usize = 1024;
 
 /// Most blocks an SM [`prefers_fewer_blocks`] keeps.
 const FEWER_BLOCKS_RESIDENT: u32 = 10;
 
-/// Row widths where [`prefers_fewer_blocks`] was measured to gain.
+/// Row widths where [`prefers_fewer_blocks`] caps the blocks: those its records show gaining.
 const FEWER_BLOCKS_COLS: core::ops::RangeInclusive<usize> = 2048..=4096;
 
 /// Rows ahead ([`RowShape::ahead`](rill_kernels_gpu::abi::RowShape::ahead)) whose lines
@@ -435,12 +424,9 @@ const FEWER_BLOCKS_COLS: core::ops::RangeInclusive<usize> = 2048..=4096;
 /// DRAM is fast ([`fast_dram`]), the kernel's registers keep at most [`AHEAD_MAX_WARPS`]
 /// warps an SM and a wave's rows take at most 1/[`AHEAD_L2_SHARE`] of L2; else 0. Each grid
 /// gives a warp one row, so without the request a row's loads wait on DRAM with only the
-/// resident rows in flight. Measured on the H200 (49152 rows, % of copy): bf16 and f16
-/// `softmax` and `log_softmax` at 1024 columns (92-94 registers, 20 warps an SM, a wave 5.4
-/// MB) 88.5 -> 97.3-97.9, the masked kind 78-79 -> 85-87, cross entropy's backward 78 ->
-/// 80.5. Where more warps fit, a knob's request did not pay (`layer_norm`, 28 warps: 87.7
-/// -> 88.1; `cross_entropy`, 32 warps: 78 -> 69), nor where a wave's rows took more of L2
-/// (f32 `log_softmax`, 10.8 MB: 97.9 -> 84.6; the softmax backward's two rows: 99 -> 97).
+/// resident rows in flight. Where more warps fit they hide the DRAM themselves and the request only
+/// adds traffic, and where a wave's rows take more of L2 they are evicted before their warps read
+/// them (docs/DECISIONS.md, "Rows requested ahead into L2").
 /// The occupancy (`resident_blocks`) is asked only for such a plan on such a device.
 pub fn rows_ahead(
     problem: &Problem,
@@ -499,10 +485,11 @@ fn with_fewer_blocks(plan: Plan, device: &DeviceInfo, occupancy: Occupancy<'_>) 
 
 /// DRAM bandwidth an SM (bytes per second) past which a lone block on the shared path
 /// cannot keep enough of its row's bytes in flight while its passes read per-column data
-/// ([`prefers_cluster`]): between the H100's 25 GB/s an SM (3.35 TB/s over 132 SMs), where
-/// the block kept up, and the H200's 37 (4.8 TB/s), where it did not. The 16-bit norm
-/// backward's block shapes ([`sixteen_bit_norm_backward`]) were measured on the H200 alone,
-/// so they take the same line.
+/// ([`prefers_cluster`]): between the H100's 25 GB/s an SM (3.35 TB/s over 132 SMs), where the
+/// block keeps up, and the H200's 37 (4.8 TB/s), where it does not; the only two GPUs measured, so
+/// the line may move with a third. The 16-bit norm backward's block shapes
+/// ([`sixteen_bit_norm_backward`]) rest on the H200 alone, so they take the same line
+/// (docs/DECISIONS.md, "Clusters where the passes read column data, and the DRAM-per-SM line").
 const FAST_DRAM_BYTES_PER_SM: u64 = 30_000_000_000;
 
 /// Fewest columns of a row read in packs (more than one element) that the warp path gives
@@ -510,20 +497,18 @@ const FAST_DRAM_BYTES_PER_SM: u64 = 30_000_000_000;
 /// lanes of 16. A lane then holds two packs of one row, not one pack of each of two rows,
 /// so a warp's shuffles reduce its two lane groups' rows at once (4 levels at 256 columns
 /// against 5 levels for each row), and each lane reads one row's per-row values (saved
-/// statistics, a target) instead of two. Measured on the H100 (49152 rows, 16-bit, % of
-/// copy): at 256 columns `layer_norm_backward` 87.7 -> 101.8, `cross_entropy` 67.8 -> 81.1,
-/// `layer_norm` 88.8 -> 92.1, the masked and causal kinds 91 -> 96-103; at 64-200 columns 4-6
-/// points on average over the softmax family and the norms. Below 64 columns (1-3 lanes) and
-/// at packs of 1 (a lane's 16 elements loaded one by one) the 8-element tier stays ahead.
+/// statistics, a target) instead of two. Below 64 columns (1-3 lanes) and at packs of 1 (a lane's
+/// 16 elements loaded one by one) the 8-element tier stays ahead (docs/DECISIONS.md, "Warp tiers
+/// and their widths").
 pub const WARP16_MIN_PACKED_COLS: usize = 64;
 
 /// Widths of 16-bit rows, read in packs of 8, that an op reading each row once
 /// ([`Problem::reads_once`]: cross entropy's loss, logsumexp) runs on the 32-element tier in
 /// lane groups (8 lanes a row at 256 columns, 16 at 512) rather than the 16-element tier:
 /// each lane keeps four packs in flight, not two, where nothing is written to overlap the
-/// reads with. Measured on the H100 (49152 rows, bf16, % of copy): `cross_entropy` 81.4 ->
-/// 83.3 at 256 and 84.5 -> 88.9 at 512, `logsumexp` 85.7 -> 86.8 and 89.1 -> 91.0; at 64 and
-/// 128 columns and in f32 (packs of 4) it lost 1-8 points.
+/// reads with. Narrower rows have too few packs to fill the wider lanes, and f32 rows (packs of 4)
+/// already keep their loads in flight, so they keep the 16-element tier (docs/DECISIONS.md, "Warp
+/// tiers and their widths").
 pub const READ_ONCE_WARP32_COLS: core::ops::RangeInclusive<usize> = 256..=512;
 
 fn warp_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
@@ -564,9 +549,9 @@ pub(super) fn block_grid(rows: usize, block: u32, device: &DeviceInfo) -> u32 {
 /// The shared path, if the row fits, and the blocks it keeps resident per SM: the largest
 /// block size that keeps as many as 128 threads do (more threads per row at no cost in
 /// occupancy). Where every cached read is transformed ([`Problem::cache_transformed`]),
-/// the size that keeps the most threads resident, the smallest on ties: measured on the
-/// H100 (a user's int8 softmax, 4096x32000), 4 blocks of 512 ran in 147-149 µs against
-/// 151-152 for 7 of 256. A backward that gathers column sums from aligned rows stages them
+/// the size that keeps the most threads resident, the smallest on ties: such a load is bound by the
+/// SMs' issue, not by memory, so threads resident count more than rows in flight
+/// (docs/DECISIONS.md, "Block sizes"). A backward
 /// in [`ROW_CACHE_STAGES`] caches ([`Plan::stages`]) where that keeps the block as many
 /// blocks an SM as one cache does ([`stages_rows`]).
 fn shared_plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancy<'_>) -> crate::Result<Option<(Plan, u32)>> {
@@ -599,13 +584,9 @@ fn shared_plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancy<'_>)
 /// The shared memory of [`ROW_CACHE_STAGES`] caches for a shared-path backward that gathers
 /// column sums from aligned rows ([`Problem::stages_rows`]), in blocks of `block`, where
 /// they fit and keep the `resident` blocks an SM of one cache: each block then copies its
-/// next row while it works on one, at no cost in occupancy. Measured on the H100 (49152
-/// rows, % of copy, two caches against one): where one block an SM is all that fits,
-/// LayerNorm's f32 parameter gradients at 8192 columns 87.2 -> 95.7 and RMSNorm's 16-bit
-/// ones at 16384 80.2-81.3 -> 87.3-87.4; the 16-bit rows at 1024 (10 blocks an SM by
-/// registers) +1.0 to +1.7, f32 there -0.8. Where two caches cost blocks, they lost: 16-bit
-/// LayerNorm at 8192 from two blocks an SM to one, 80 -> 57; at 4096 from four to three,
-/// 83 -> 78; 16-bit RMSNorm at 8192, 0.8-1.7 points.
+/// next row while it works on one, at no cost in occupancy. Where a second cache would cost blocks
+/// an SM it is not taken: another block's row in flight is worth more than a block's second row
+/// (docs/DECISIONS.md, "Rows staged in two caches").
 fn stages_rows(
     problem: &Problem,
     device: &DeviceInfo,
@@ -633,16 +614,10 @@ pub(super) fn fits_a_block(bytes: u64, device: &DeviceInfo) -> bool {
 /// cached rows or, on aligned rows, where the largest cluster's slices fit
 /// [`GATHERING_BLOCKS_AN_SM`] blocks an SM; rows run from their heads (`phased`, wider than
 /// the warp path) only where the sums take no more of it than the cached rows, on either
-/// path. Elsewhere a second kernel reads the rows again for them (about 58% of copy on
-/// aligned rows, 35-52% on phased ones). Measured on the H100 (49152 rows of 20480 to 32768
-/// columns): gathered on a cluster, f32 rows ran at 73-88% of copy and 16-bit RMSNorm's at
-/// 80%; 16-bit LayerNorm's, whose two f32 sums take twice the shared memory of its cached
-/// rows, at 52-66% on one block an SM, behind or level with the second kernel, and at
-/// 68-74% on two (24576 and 32768 columns, [`cluster_plan`]). Phased rows (4096 rows of
-/// 1025-50257 columns), whose packs' terms then reached the sums a word at a time (now in
-/// aligned runs of 1-4 words), against the second kernel: f32 RMSNorm +8 to +17 points of
-/// copy and LayerNorm +2 to +13, 16-bit RMSNorm -0.5 to +5, 16-bit LayerNorm -4 to -17, and
-/// -14 to -17 on clusters of two blocks an SM (32001-131073 columns; docs/DECISIONS.md, "Which backwards gather their column sums").
+/// path. Elsewhere a second kernel reads the rows again for them. 16-bit LayerNorm's two f32 sums
+/// take twice the shared memory of its cached rows, so where they cost it blocks an SM the
+/// gathering kernel falls behind the second kernel's extra read, and it gathers on clusters only
+/// where it keeps two blocks an SM (docs/DECISIONS.md, "Which backwards gather their column sums").
 pub fn gathers_columns(spec: &RowSpec, cols: usize, phased: bool, device: &DeviceInfo) -> bool {
     let gathering = Problem { rows: 0, cols, pack: 1, block_pack: 1, block_limit: 0, spec: *spec, force: None };
     let sums_fit_caches = gathering.sums_fit_caches();
@@ -680,20 +655,19 @@ pub(super) fn cluster_block_bytes(device: &DeviceInfo) -> u64 {
 
 /// Waves of resident clusters the cluster path's grid holds. A cluster works through its
 /// rows copying the next one into shared memory as it writes the last
-/// (`RowSplit::PREFETCHES` in the kernels), which pays only over several rows; measured
-/// on the H100 (softmax, 4096 rows of 65536 to 262144 columns), 8 waves beat 32 by up to
-/// 5 points (f16 forward at 131072: 85% -> 90% of copy) and 1, 2 or 4 waves by up to 2.
+/// (`RowSplit::PREFETCHES` in the kernels), which pays only over several rows; more waves make
+/// more, shorter-lived clusters, fewer leave the prefetch too few rows (docs/DECISIONS.md, "Cluster
+/// size and waves").
 pub const CLUSTER_WAVES: u32 = 8;
 
 /// The cluster path, on GPUs with clusters: the fewest blocks per row whose slices fit in
 /// shared memory (less what the kernel's threads hold in registers) and that the device can
 /// keep resident, each block as large as the kernel allows (more loads in flight) but where
 /// the passes read column data ([`column_reading_blocks`]) or a wide cluster gathers column
-/// sums ([`gathering_cluster_halves`]). Measured on the H100:
-/// preferring slices small enough for two blocks per SM lifted the softmax backward at
-/// 131072 columns from 79% to 88% of copy before the prefetch above (which took it to 89%
-/// with one) but dropped the f32 norm backward at 32768 from 80% to 57%, so the fewest
-/// blocks it is.
+/// sums ([`gathering_cluster_halves`]). The fewest blocks, not slices small enough for two blocks
+/// an SM: with the next-row prefetch a block already overlaps its loads with its passes, and
+/// smaller slices cost the wide backwards more than they bought (docs/DECISIONS.md, "Two blocks an
+/// SM on every cluster").
 ///
 /// Clusters that gather column sums ([`Problem::gathered_bytes_per_col`]) take instead the
 /// fewest blocks, each the largest, that keep more than one block an SM and give each
@@ -701,17 +675,8 @@ pub const CLUSTER_WAVES: u32 = 8;
 /// read-modify-writes of its sums in shared memory overlap another's loads. They keep the
 /// fewest blocks where none does, and where those are a cluster of two over aligned rows
 /// and the sums take no more shared memory than the cached rows
-/// ([`gathers_two_blocks_an_sm`], which has the figures of rows run from their heads).
-/// Measured on the H100 (aligned rows' norm backward with the parameter gradients, % of
-/// copy, 49152 rows to 32768 columns, else 4096): LayerNorm f32 at 32768 columns 78% on
-/// four blocks of 512 (one an SM), 83-84% on eight (two packs a thread), at 40960 73 ->
-/// 77%, at 65536 72 -> 80%; bf16 at 32768 58% on the second kernel, 66% on two blocks of
-/// 1024, 73-74% on four of 512, 58% on eight of 512 (one pack a thread); bf16 at 24576 60%
-/// on the second kernel, 68% on four of 512 (1.5 packs a thread), 71-72% on four of 384
-/// (two); bf16 at 65536 56 -> 68%; RMSNorm bf16 at 65536 69 -> 77%, f32 at 40960 77 -> 79%.
-/// Clusters of two blocks of 1024 held their own against this rule's plans: RMSNorm f32 at
-/// 24576 and 32768 85-90% against 79-83%, bf16 at 32768 83% against 82%, f32 LayerNorm at
-/// 16384 85% against 83% and at 24576 80% both.
+/// ([`gathers_two_blocks_an_sm`]): those keep up without the overlap (docs/DECISIONS.md, "Gathering
+/// clusters on two blocks an SM").
 fn cluster_plan(
     problem: &Problem,
     device: &DeviceInfo,
@@ -775,10 +740,7 @@ fn cluster_plan(
 /// than the cached rows. Rows run from their heads, whose packs' terms then reached the sums
 /// a word at a time, gained even on clusters of two, whose blocks (72-114 registers a
 /// thread, before [`rill_kernels_gpu::table::KernelKey::register_cap`]) were of 512 at
-/// most. Measured on the H100 (4096 rows, % of copy): f32 RMSNorm at 12345 columns from 60
-/// on two blocks of 512 to 77-78 on two of 384, at 32001 from 63 to 66-68 on four of 384;
-/// f32 LayerNorm at 32001 and 50257 from 52-57 on four blocks of 512 to 62-65 on eight of
-/// 384; bf16 RMSNorm at 32001 and 50257 from 47-49 to 51.
+/// most (docs/DECISIONS.md, "Gathering clusters on two blocks an SM").
 fn gathers_two_blocks_an_sm(problem: &Problem, fewest: &Plan) -> bool {
     problem.spec.gathered_bytes_per_col() > 0
         && (problem.owns_parts() || fewest.cluster() > ROW_CLUSTER_SIZES[0] || !problem.sums_fit_caches())
@@ -805,11 +767,10 @@ struct ClusterBlocks {
 /// ([`Problem::passes_column_bytes`]): blocks of half the threads (`half_bytes` each) where
 /// they keep as many threads resident, so twice the blocks share an SM and one block's
 /// passes over the column data overlap another's loads, while L1 still holds the column
-/// data those blocks read beside their caches; else `largest`. Measured on the H100 (16-bit
-/// norm backward, 4096 rows, clusters of two, 64 registers a thread): at 32001 columns two
-/// blocks of 512 an SM ran at 84% of copy, one of 1024 at 75%; at 50257, where two blocks'
-/// caches leave L1 27 KB for the 100 KB of weight they read, 79% against 82%. The softmax
-/// backward, whose passes read no column data, lost 1.5-3 points with the halved blocks.
+/// data those blocks read beside their caches; else `largest`. Where their caches leave L1 too
+/// little for the column data, the halved blocks re-read it from L2 and lose; the softmax backward,
+/// whose passes read no column data, has nothing to overlap and is not halved (docs/DECISIONS.md,
+/// "Halved cluster blocks where the passes read column data").
 fn column_reading_blocks(
     problem: &Problem,
     device: &DeviceInfo,
@@ -865,13 +826,10 @@ const GATHERING_HALVED_PACKS: u64 = 5;
 /// has [`GATHERING_CLUSTER_HALVES_FROM`] blocks or more, the largest are of 1024 threads,
 /// and a thread of the halved blocks takes at most [`GATHERING_HALVED_PACKS`] packs of its
 /// slice. One block an SM either way (the slices' caches and sums fill its shared memory).
-/// Measured on the H100 (norm backward with the parameter gradients, 4096 rows past 32768
-/// columns): halved where a thread takes 4-5 packs, f32 LayerNorm gained 3.5-6 points at
-/// 32768-131072 columns and RMSNorm 3-4 at 40960 and 81920, 16-bit RMSNorm 0-2; where it
-/// would take 6-8, every row lost 3.5-8 points (f32 LayerNorm at 49152 and 98304, RMSNorm
-/// at 65536 and 131072, bf16 RMSNorm at 98304 and 196608). Clusters of two gained only
-/// where halving evened the threads' shares and lost 3-6 points elsewhere (f32 at 24576
-/// and 28672 columns), so they keep the largest (docs/DECISIONS.md, "Gathering clusters of four blocks or more").
+/// With more packs a thread the halved blocks' threads run out of registers for them and lose.
+/// Clusters of two keep the largest: halving them gains only where it evens the threads' shares
+/// (docs/DECISIONS.md, "Gathering clusters of four blocks or more: blocks of 512"; "Halving
+/// gathering clusters of two where it evens the threads' shares").
 fn gathering_cluster_halves(problem: &Problem, largest: ClusterBlocks) -> bool {
     problem.spec.gathered_bytes_per_col() > 0
         && largest.cluster >= GATHERING_CLUSTER_HALVES_FROM
@@ -889,12 +847,9 @@ const STREAMING_PACKS_PER_THREAD: u64 = 4;
 /// A row read once: the largest of [`STREAMING_BLOCK_SIZES`] whose threads take at least
 /// [`STREAMING_PACKS_PER_THREAD`] packs each, else one warp. Each thread then has its batch
 /// of loads in flight, and an SM holds as many rows as it holds blocks (16 of 128, 32 of 64
-/// or 32 on the H100), one row's reductions overlapping the others' loads. Measured on the
-/// H100 (cross entropy and logsumexp, 49152 rows, % of copy): blocks of 128 at 4096-16384
-/// columns 103-104%, and of 512-1024, a pack or so a thread, 43-64%; at 2048 16-bit columns
-/// 79-85% in blocks of 128 (two packs a thread), 99.6-100% in blocks of 64; at 1152-1536,
-/// 53-72% in blocks of 128, 90-92% in blocks of 32; where blocks of 128 take four packs a
-/// thread, smaller blocks lost 0.5-3 points (docs/DECISIONS.md, "Rows read once stream").
+/// or 32 on the H100), one row's reductions overlapping the others' loads. Larger blocks give a
+/// thread a pack or so and an SM fewer rows; smaller ones, where 128 threads already take four
+/// packs each, add reductions for nothing (docs/DECISIONS.md, "Rows read once stream").
 fn streaming_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
     let packs = (problem.cols / problem.block_pack.max(1)) as u64;
     let block = STREAMING_BLOCK_SIZES
@@ -905,9 +860,10 @@ fn streaming_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
 }
 
 /// The largest block the uncached path takes for 16-bit rows run from their heads (packs of
-/// 8 elements). Measured on the H100 (scaled-masked softmax, 4096 rows of 50257 columns):
-/// 16-bit rows ran at 69-71% of copy in blocks of 512 and 62-63% in blocks of 1024; f32
-/// rows (packs of 4) the other way, 73% in blocks of 1024 and 62% in blocks of 512.
+/// 8 elements): their threads' packs are twice as wide, so a block of 512 already keeps the row's
+/// bytes in flight and two such blocks an SM overlap their passes; f32 rows (packs of 4) need the
+/// threads and keep the largest (docs/DECISIONS.md, "The uncached block for 16-bit rows run from
+/// their heads").
 const UNCACHED_PHASED_16_BIT_MAX_BLOCK: u32 = 512;
 
 /// The largest block the kernel allows (more threads per row, more loads in flight), up to

@@ -516,11 +516,10 @@ fn shared_phase(arrays: &[(u64, usize)], widest: usize) -> Option<u32> {
 /// The shared-memory carveout (percent of the SM's `capacity`) leaving `column_bytes` of
 /// L1 (all of it shared memory where nothing needs L1), unless the resident blocks need
 /// more (`needed` bytes): then all of it, since the driver rounds a preference to one of
-/// its configurations and could round below their need. Measured on the H100: reserving
-/// L1 for a LayerNorm's gamma and beta at 32768 f16 columns (128 KB) left room for one
-/// 64 KB row block per SM instead of three (88% of copy; 97% with three). The residual-add
-/// forwards went the other way (f32 at 8192 and 16384 columns: 96% and 95% with the L1
-/// room, 89% and 86% with the blocks), so they keep their L1 room first.
+/// its configurations and could round below their need. Reserving L1 for a norm's wide gamma and
+/// beta can cost the shared path resident blocks, which it needs more; the residual-add forwards
+/// run faster with the room than with the blocks, so they keep it first (docs/DECISIONS.md, "The
+/// L1 carveout for column data").
 fn shared_carveout(needed: u32, column_bytes: u32, capacity: u32) -> u32 {
     let room = capacity.saturating_sub(column_bytes);
     if needed > room { 100 } else { (room as u64 * 100 / capacity.max(1) as u64) as u32 }
