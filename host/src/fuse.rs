@@ -279,17 +279,9 @@ impl<'m> FusedRows<'m> {
         FusedRows { module, name: name.to_string(), index, facts, force: None }
     }
 
-    /// The row engine's description of the family, from the facts its kernels declare: its
-    /// cache's exact dtype (and whether each read of it transforms it) and its widest pack.
-    /// Rows always start at their first element.
     fn spec(&self) -> RowSpec {
         let FusedFacts { pack, cache_bytes_per_col, transforms, .. } = self.facts;
-        RowSpec {
-            widest: pack as usize,
-            cache_bytes_per_col,
-            cache_transformed: transforms != 0,
-            ..RowSpec::rows_of(OpClass::Fused, cache_bytes_per_col)
-        }
+        row_spec(pack as usize, cache_bytes_per_col, transforms != 0)
     }
 
     /// A call of these kernels over `rows x cols` with `args`, whose functors access
@@ -318,6 +310,13 @@ impl UserKernels for FusedRows<'_> {
     fn owner(&self) -> (Owner, FamilyIndex) {
         (self.module.owner, self.index)
     }
+}
+
+/// The row engine's description of a user's row family, from the facts its kernels
+/// declare: its widest pack, its cache's exact dtype and whether each read of the cache
+/// transforms it. Rows always start at their first element.
+pub(crate) fn row_spec(widest: usize, cache_bytes_per_col: u32, cache_transformed: bool) -> RowSpec {
+    RowSpec { widest, cache_bytes_per_col, cache_transformed, ..RowSpec::rows_of(OpClass::Fused, cache_bytes_per_col) }
 }
 
 /// A family of fused softmax kernels whose functors take `E`.

@@ -89,7 +89,7 @@ impl Softmax {
     ) -> Result<RowCall<'a, SoftmaxArgs>> {
         let args = SoftmaxArgs { input: x.address(), ..SoftmaxArgs::default() };
         let kernels = LibraryKernels::Softmax { kind, dtype: T::DTYPE }.into();
-        RowCall::new(stream, op, kernels, spec::<T>(kind), x, args, self.force, !self.plan_only)
+        RowCall::new(stream, op, kernels, spec(kind, size_of::<T>() as u32), x, args, self.force, !self.plan_only)
     }
 
     /// `y = softmax(x)` over the last axis; `log` for log-softmax.
@@ -307,11 +307,10 @@ impl Softmax {
     }
 }
 
-/// The row engine's description of softmax `kind` over rows of `T`. Every kind reads its
+/// The row engine's description of softmax `kind` over rows of `bytes`-byte elements. Every kind reads its
 /// arrays at the row it works on, so rows may run from their heads (but the masked kind's
 /// where its mask's rows keep another offset: [`Softmax::scale_mask`]).
-fn spec<T: Element>(kind: SoftmaxKind) -> RowSpec {
-    let bytes = size_of::<T>() as u32;
+pub(crate) fn spec(kind: SoftmaxKind, bytes: u32) -> RowSpec {
     let rows = |class| RowSpec { runs_from_heads: true, ..RowSpec::rows_of(class, bytes) };
     match kind {
         SoftmaxKind::Forward => rows(OpClass::Softmax),

@@ -61,6 +61,36 @@ fn has_kernels(kind: NormKernelKind, dtypes: (DType, DType, DType)) -> bool {
     KernelKey::Norm { kind, path: RowPath::Uncached, dtypes, pack: 1 }.symbol().is_some()
 }
 
+/// The row engine's description of a norm forward of `class` (`Norm` or `AddNorm`) from rows
+/// of `x_bytes` elements to `y_bytes` ones, before its weight and bias are known (their
+/// bytes, [`RowSpec::column_bytes`], come from [`NormParts`]): x cached as its own dtype (a
+/// residual sum rounded to it); rows run from their heads where their arrays share an
+/// offset (odd widths), the phased kernels reading the weight and bias from shifted copies.
+/// The residual add fills its cache through registers, and L1 room for gamma and beta
+/// comes before its resident blocks.
+pub(crate) fn forward_spec(class: OpClass, x_bytes: u32, y_bytes: u32) -> RowSpec {
+    RowSpec {
+        widest: max_pack(x_bytes as usize, y_bytes as usize),
+        columns_before_blocks: class == OpClass::AddNorm,
+        runs_from_heads: true,
+        ..RowSpec::rows_of(class, x_bytes)
+    }
+}
+
+/// The row engine's description of the norm backward for dx over rows of `x_bytes`
+/// elements, with a weight of (element bytes, bytes a row reads) or none: x and dy cached as
+/// they are (normalized and scaled as they are read), dy scaled by the weight on every read
+/// of its cache; rows run from their heads where x, dy and dx share an offset.
+pub(crate) fn backward_spec(x_bytes: u32, weight: Option<(u32, u32)>) -> RowSpec {
+    RowSpec {
+        cache_bytes_per_col: 2 * x_bytes,
+        passes_column_bytes: weight.map_or(0, |(bytes, _)| bytes),
+        column_bytes: weight.map_or(0, |(_, row_bytes)| row_bytes),
+        runs_from_heads: true,
+        ..RowSpec::rows_of(OpClass::NormBackward, x_bytes)
+    }
+}
+
 /// Norms with a choice of implementation: [`Norm::new`] lets the dispatcher choose.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Norm {
@@ -151,17 +181,7 @@ impl Norm {
         let args = NormArgs { input: call.x.address(), output: call.y.address(), eps, ..NormArgs::default() };
         let kernels = LibraryKernels::Norm { kind: kernel_kind, dtypes }.into();
         let class = if call.residual.is_some() { OpClass::AddNorm } else { OpClass::Norm };
-        // The shared path caches x as its own dtype (a residual sum is rounded to it). Rows
-        // run from their heads where their arrays share an offset and an element size (odd
-        // widths; `RowCall::run` checks both): the phased kernels read the weight and bias
-        // from shifted copies. The residual add fills its cache through registers, and
-        // gains more from L1 for gamma and beta than from resident blocks.
-        let spec = RowSpec {
-            widest: max_pack(size_of::<T>(), size_of::<U>()),
-            columns_before_blocks: call.residual.is_some(),
-            runs_from_heads: true,
-            ..RowSpec::rows_of(class, size_of::<T>() as u32)
-        };
+        let spec = forward_spec(class, size_of::<T>() as u32, size_of::<U>() as u32);
         let mut row = RowCall::new(stream, op, kernels, spec, &call.x, args, self.force, !self.plan_only)?;
         let (rows, cols) = (row.rows, row.cols);
         same_shape(op, "the output", call.y.shape(), call.x.shape())?;
@@ -235,17 +255,8 @@ impl Norm {
             ..NormArgs::default()
         };
         let kernels = LibraryKernels::Norm { kind: NormKernelKind::Backward, dtypes }.into();
-        // x and dy cached as they are (normalized and scaled as they are read), dy scaled by
-        // the weight on every read of its cache. Rows run from their heads where x, dy and
-        // dx share an offset (odd widths): the phased kernels read the weight from shifted
-        // copies.
-        let spec = RowSpec {
-            cache_bytes_per_col: 2 * size_of::<T>() as u32,
-            passes_column_bytes: if weight.is_some() { size_of::<G>() as u32 } else { 0 },
-            column_bytes: column_bytes(&weight, &None),
-            runs_from_heads: true,
-            ..RowSpec::rows_of(OpClass::NormBackward, size_of::<T>() as u32)
-        };
+        let weight_bytes = weight.as_ref().map(|w| (size_of::<G>() as u32, (w.len() * size_of::<G>()) as u32));
+        let spec = backward_spec(size_of::<T>() as u32, weight_bytes);
         let mut row = RowCall::new(stream, op, kernels, spec, &call.x, args, self.force, !self.plan_only)?;
         let (rows, cols) = (row.rows, row.cols);
         same_shape(op, "dy", call.dy.shape(), call.x.shape())?;

@@ -328,7 +328,9 @@ mod tests {
     use super::super::profiles;
     use super::super::spec::{OpClass, RowSpec};
     use super::*;
-    use rill_kernels_gpu::abi::{DType, SOFTMAX_BACKWARD_HELD_PACKS, max_pack};
+    use crate::fuse;
+    use crate::ops::{norm, softmax};
+    use rill_kernels_gpu::abi::{DType, max_pack};
     use rill_kernels_gpu::table::{KernelKey, NormKernelKind, SoftmaxKind};
 
     /// Registers a thread of the kernels the tests plan for: [`ASSUMED_REGISTERS`]; a
@@ -370,27 +372,6 @@ mod tests {
         }
     }
 
-    /// A softmax-family op's spec, as `softmax.rs` declares it.
-    fn softmax_spec(kind: SoftmaxKind, bytes: u32) -> RowSpec {
-        let rows = |class| RowSpec { runs_from_heads: true, ..RowSpec::rows_of(class, bytes) };
-        match kind {
-            SoftmaxKind::Forward => rows(OpClass::Softmax),
-            SoftmaxKind::Backward => RowSpec {
-                cache_bytes_per_col: 2 * bytes,
-                cluster_held_packs: SOFTMAX_BACKWARD_HELD_PACKS as u32,
-                ..rows(OpClass::SoftmaxBackward)
-            },
-            SoftmaxKind::ScaleMask => {
-                RowSpec { cache_transformed: true, cache_reads_memory: true, ..rows(OpClass::MaskedSoftmax) }
-            }
-            SoftmaxKind::Causal => rows(OpClass::CausalSoftmax),
-            SoftmaxKind::CrossEntropy | SoftmaxKind::LogSumExp => {
-                RowSpec { reads_once: true, ..rows(OpClass::RowStatistics) }
-            }
-            SoftmaxKind::CrossEntropyBackward => rows(OpClass::CrossEntropyBackward),
-        }
-    }
-
     /// Every call of the sweep's ops over `rows x cols` in `dtype`, as the ops make them:
     /// the softmax family; the norm forwards with and without a residual (LayerNorm's f32
     /// weight and bias, RMSNorm's weight in the rows' dtype); the norm backward with no
@@ -403,7 +384,7 @@ mod tests {
         let f32_ = DType::F32;
         let mut specs = Vec::new();
         for kind in SoftmaxKind::ALL {
-            specs.push((softmax_spec(kind, bytes), Family::Softmax(kind, dtype)));
+            specs.push((softmax::spec(kind, bytes), Family::Softmax(kind, dtype)));
         }
         for (class, kernels) in
             [(OpClass::Norm, NormKernelKind::Forward), (OpClass::AddNorm, NormKernelKind::AddForward)]
@@ -411,31 +392,20 @@ mod tests {
             for (weight, arrays) in [(f32_, 2), (dtype, 1)] {
                 let spec = RowSpec {
                     column_bytes: (arrays * cols * weight.size()) as u32,
-                    columns_before_blocks: class == OpClass::AddNorm,
-                    runs_from_heads: true,
-                    ..RowSpec::rows_of(class, bytes)
+                    ..norm::forward_spec(class, bytes, bytes)
                 };
                 specs.push((spec, Family::Norm(kernels, (dtype, dtype, weight))));
             }
         }
-        let backward = |weight: Option<DType>| RowSpec {
-            cache_bytes_per_col: 2 * bytes,
-            passes_column_bytes: weight.map_or(0, |w| w.size() as u32),
-            column_bytes: weight.map_or(0, |w| (cols * w.size()) as u32),
-            runs_from_heads: true,
-            ..RowSpec::rows_of(OpClass::NormBackward, bytes)
+        let backward = |weight: Option<DType>| {
+            norm::backward_spec(bytes, weight.map(|w| (w.size() as u32, (cols * w.size()) as u32)))
         };
         for weight in [None, Some(f32_), Some(dtype)] {
             let kernels = Family::Norm(NormKernelKind::Backward, (dtype, dtype, weight.unwrap_or(dtype)));
             specs.push((backward(weight), kernels));
         }
         for cache_transformed in [false, true] {
-            let spec = RowSpec {
-                widest: max_pack(bytes as usize, bytes as usize),
-                cache_bytes_per_col: f32_.size() as u32,
-                cache_transformed,
-                ..RowSpec::rows_of(OpClass::Fused, f32_.size() as u32)
-            };
+            let spec = fuse::row_spec(max_pack(bytes as usize, bytes as usize), f32_.size() as u32, cache_transformed);
             specs.push((spec, Family::Fused));
         }
         let mut calls: Vec<_> =
