@@ -91,10 +91,10 @@ pub const WARP_SIZE: u32 = 32;
 /// rows each).
 pub const ROW_WARP_BLOCK_SIZE: u32 = 128;
 
-/// Rows a lane group handles per access on the warp path: two in the 8-element tier, so a
-/// lane keeps two packs in flight (with one, 16-bit rows of 256 columns, a pack per lane,
-/// ran at 70% of copy on the H100), else one (the wider tiers already hold two or more
-/// packs a row, and a second row would double their registers).
+/// Rows a lane group handles per access on the warp path: two in the 8-element tier, so a lane
+/// keeps two packs in flight where one pack a lane leaves too few loads to cover DRAM's latency,
+/// else one (the wider tiers already hold two or more packs a row, and a second row would double
+/// their registers; docs/DECISIONS.md, "Warp tiers and their widths").
 pub const fn rows_per_access(elements: usize) -> u64 {
     if elements <= 8 { 2 } else { 1 }
 }
@@ -125,8 +125,8 @@ pub const CLUSTER_STATIC_SHARED_BYTES: u32 = ROW_STATIC_SHARED_BYTES + CLUSTER_E
 
 /// Packs of y and of dy each thread of a softmax backward cluster kernel keeps in registers
 /// rather than shared memory, so a block's slice may exceed its shared memory by that many
-/// packs a thread of each (the planner counts them). The forwards hold none: a held pack
-/// cost them up to 28 registers where the backward paid 10.
+/// packs a thread of each (the planner counts them). The forwards hold none: a held pack costs them
+/// more registers than it costs the backward (docs/DECISIONS.md, "Held packs").
 pub const SOFTMAX_BACKWARD_HELD_PACKS: usize = 1;
 
 /// The `(rows, cols)` view a row-wise kernel works on, and its warp path's group width.
@@ -441,11 +441,11 @@ pub const fn column_copy_stride(cols: u64) -> u64 {
 }
 
 /// Whether the phased paths at packs of `pack` elements read a norm's weight and bias from
-/// shifted copies ([`column_copy_stride`]) rather than an element at a time. Measured on
-/// the H100 (4096 rows of 50257 and 32001 columns): rows of 16-bit elements (packs of 8,
-/// so eight loads a pack otherwise) gained 1-12 points of copy on the dispatcher's paths;
-/// f32 rows (packs of 4) lost 1-20, since their copies are four vectors' worth of L2 reads
-/// where the vector's own elements hit L1 after a pack's first.
+/// shifted copies ([`column_copy_stride`]) rather than an element at a time: rows of 16-bit
+/// elements (packs of 8, so eight loads a pack otherwise) read a pack's weight in one aligned
+/// access; f32 rows (packs of 4) keep their element reads, which hit L1 after a pack's first, where
+/// copies would be four vectors' worth of L2 reads (docs/DECISIONS.md, "The weight's shifted
+/// copies").
 pub const fn phased_columns_copied(pack: usize) -> bool {
     pack >= 8
 }

@@ -175,13 +175,13 @@ impl<T: Scalar, const N: usize> Default for Pack<T, N> {
 /// Reads `N` consecutive elements of a row as f32, in two steps so that a thread can issue
 /// every load of its row before it waits on any: [`Load::fetch`] only moves memory into
 /// registers, [`Load::convert`] does the arithmetic (the conversion to f32, and whatever a
-/// fused op adds). Measured on the H100: with one step, each f16 pack's conversion waited on
-/// its load before the next load issued, and the f16 warp path ran at 70-75% of copy.
+/// fused op adds). With one step, each pack's conversion waits on its load before the next load
+/// issues, so a row's loads do not overlap (docs/DECISIONS.md, "16-byte packs").
 pub trait Load<const N: usize> {
     /// Whether [`Load::transform`] does arithmetic beyond the conversion to f32 (a
     /// dequantization), so each read of a cached row costs it: the block softmax then takes
-    /// its max and sum in one pass over the cache instead of two. Measured on the H100
-    /// (int8 dequantizing softmax, 4096 x 32000): docs/DECISIONS.md, "`cp.async` row caches".
+    /// its max and sum in one pass over the cache instead of two (docs/DECISIONS.md, "`cp.async`
+    /// row caches").
     const TRANSFORMS: bool = false;
 
     /// The raw words one fetch brings in.
@@ -345,8 +345,8 @@ pub struct DirectLoad<T>(pub RowMajor<T>);
 
 /// Loads straight from a [`RowMajor`] view read once beside re-read data (a norm's gamma
 /// and beta): f32 rows bypass L1 ([`Pack::load_streaming`]), so the re-read data stays
-/// there. Measured on the H100 (49152 x 8192 LayerNorm): f32 62% -> 81% of copy; 16-bit
-/// rows lost 3-5% that way, so they load as [`DirectLoad`] does.
+/// there. 16-bit rows, whose weight takes half the bytes, lose that way, so they load as
+/// [`DirectLoad`] does (docs/DECISIONS.md, "Rows that bypass L1 beside the weight").
 #[derive(Clone, Copy)]
 pub struct StreamLoad<T>(pub RowMajor<T>);
 

@@ -165,9 +165,10 @@ impl Scalar for bf16 {
 impl Scalar for i8 {
     const DTYPE: DType = DType::I8;
 
-    /// Exact, without a conversion instruction ([`crate::arch::i8_lane_to_f32`]). Measured on
-    /// the H100: with `q as f32` (two conversions, on the quarter-rate pipe) a dequantizing
-    /// softmax at 32000 columns was bound by the SMs' issue (85%), not by memory.
+    /// Exact, without a conversion instruction ([`crate::arch::i8_lane_to_f32`]): `q as f32` takes
+    /// two conversions on the quarter-rate pipe, which makes a dequantizing softmax bound by the
+    /// SMs' issue rather than by memory (docs/DECISIONS.md, "int8 lanes converted by their float
+    /// bits").
     #[inline(always)]
     fn to_f32(self) -> f32 {
         crate::arch::i8_lane_to_f32(self as u8 as u32 ^ 0x8080_8080, 0)

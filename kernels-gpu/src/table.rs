@@ -62,8 +62,8 @@ impl Module {
 /// (`Shared`), across a cluster of blocks (`Cluster`, sm_90) or not at all (`Uncached`).
 /// The `*Phased` block paths run rows that start past a 16-byte boundary from their heads
 /// (`RowShape::phase`); they are kernels of their own because the head and edge elements
-/// cost the aligned kernels registers (measured on the H100: causal and cross-entropy
-/// kernels 8-16 more, 5-10 points of copy at aligned widths).
+/// cost the aligned kernels registers, and so resident warps, at every width (docs/DECISIONS.md,
+/// "Rows run from their heads").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, core::marker::ConstParamTy)]
 pub enum RowPath {
     Warp8,
@@ -671,14 +671,10 @@ impl KernelKey {
     /// The registers a thread of the kernel may take (`.maxnreg`, which the builder writes
     /// into its PTX), where ptxas would give it more than lets its plans keep enough warps
     /// resident. The norm backward gathering its parameter gradients on clusters from each
-    /// row's head took 96 registers in 16 bits and 75 in f32 (sm_90), so two blocks of 256
-    /// or 384 an SM, and waited on latency: as many instructions as the aligned kernel at 64
-    /// registers and 32 warps an SM, DRAM at 52% of its peak against 71% (Nsight Compute,
-    /// bf16 RMSNorm at 4096x32001 and 32768). Capped at 80 (16-bit, 0-4 bytes spilled) and
-    /// 64 (f32, none), blocks of 384 and 512 run two an SM: on the H100 at 4096 rows, 16-bit
-    /// `rms_norm_backward+params` from 53-55% of copy to 58-61 at 32001 and 50257, f32 from
-    /// 68-69 to 74-76 at 32001 and 131073 (docs/DECISIONS.md, "Register caps"). At 64 the 16-bit kernels spill
-    /// 92-108 bytes and gained at most a point.
+    /// row's head takes more registers than lets two blocks of 384 or 512 an SM stay resident, and
+    /// with fewer warps it waits on latency rather than on DRAM. Capped (16-bit at 80, f32 at 64:
+    /// little or no spilling) they run two such blocks an SM; a lower cap makes the 16-bit kernels
+    /// spill and gains nothing (docs/DECISIONS.md, "Register caps").
     pub const fn register_cap(self) -> Option<u32> {
         match self {
             KernelKey::Norm {

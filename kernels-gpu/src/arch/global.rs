@@ -129,7 +129,7 @@ pub unsafe fn request_row_l2(row: GlobalAddr, bytes: u64, thread: u32, threads: 
 /// little later hits there. A hint: nothing comes back and nothing waits for it. The address
 /// is computed inside the instruction's block: computed outside, it is the same value the
 /// later read uses, and the register allocator then keeps it (and more) live in between
-/// (cross entropy's backward on the 32-element warp tier: 114 registers against 96).
+/// (docs/DECISIONS.md, "Per-row values read once a row").
 ///
 /// # Safety
 /// `base` must point into an allocation of global memory holding `base[index]`.

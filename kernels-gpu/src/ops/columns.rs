@@ -193,8 +193,9 @@ fn rows_in_flight<L: Copy>(
 /// `second` (where wanted). Block `b` takes the 32 columns from `32 * b`, a lane each; its
 /// warps split the chunks (warp `w` takes chunks `w, w + warps, ...`, four loads in flight
 /// into four sums), and warp 0 adds the warps' sums in order: a fixed order whatever the
-/// scheduling, so the same bits every run. Measured on the H100, a thread per column adding
-/// its ~1000 chunks one load at a time took 50-110 µs beside a 35-400 µs backward.
+/// scheduling, so the same bits every run. A thread per column adding its chunks one load at a time
+/// would leave too few loads in flight and take a large share of the backward's time
+/// (docs/DECISIONS.md, "Deterministic two-stage column sums").
 ///
 /// # Safety
 /// As [`chunk_sums`], after it; `first` and `second` must hold `cols` elements; the grid

@@ -149,15 +149,12 @@ impl<G: Scalar, const PATH: RowPath> RowForward for Forward<G, PATH> {
         unsafe { (column_words::<G, P, PATH>(&self.gamma, col), column_words::<G, P, PATH>(&self.beta, col)) }
     }
 
-    /// The shared path fetches gamma and beta in batches of packs, or a pack at a time. Measured on the
-    /// H100 (49152 rows): the batch hides their latency where few blocks per SM leave little
-    /// else to (f32 LayerNorm at 32768 columns, one block per SM: 97% of copy batched, 89% a
-    /// pack at a time; residual-add forwards at 16384-32768: 97-98% and 87-94%); its registers
-    /// cost the plain 16-bit forward resident blocks (at 2048 columns 9 blocks of 128 per SM
-    /// instead of 16: 90% batched, 98% a pack at a time). One pack ahead instead of a batch was
-    /// worse for both (16-bit forward 91% at 2048-32768, 16-bit residual-add RMSNorm 87% at
-    /// 16384). Rows run from their heads read shifted copies of gamma and beta from L2, so
-    /// the 16-bit phased forwards batch too (4096 rows of 32001 and 50257: 2-4 points).
+    /// The shared path fetches gamma and beta in batches of packs, or a pack at a time. The batch
+    /// hides their latency where few blocks an SM leave little else to; its registers cost the
+    /// plain 16-bit forward resident blocks, which hide it better. One pack ahead instead of a
+    /// batch does neither. Rows run from their heads read shifted copies of gamma and beta from L2,
+    /// so the 16-bit phased forwards batch too (docs/DECISIONS.md, "Gamma and beta fetched in
+    /// batches on the shared path").
     #[inline(always)]
     fn batches_params(&self) -> bool {
         self.batched
@@ -676,12 +673,9 @@ pub unsafe fn backward_params<T: Scalar, U: Scalar, G: Scalar, const P: usize, c
 
 /// Whether the backward on `PATH` keeps the parameter gradients' column sums of each
 /// thread's first pack in registers across its rows (the rest in shared memory): f32 rows
-/// on the shared path. Measured on the H100 (49152 rows, against the sums all in shared
-/// memory, four runs over two starts of the machine): f32 gained 2.6-4.4 points of copy at
-/// 1024 columns and about one at 2048-16384, but lost about 2 on LayerNorm at 8192 (56
-/// registers, from 40); 16-bit rows (72, from 48) lost up to 6.5 points at 1024-4096, and
-/// the cluster kernels (72 and 94, past a block of 1024's 64) lost 4 on RMSNorm at 24576
-/// and 32768.
+/// on the shared path, whose rows are short enough that the sums' read-modify-writes in shared
+/// memory weigh. 16-bit rows and the cluster kernels would pay for the held sums in registers, and
+/// so in resident blocks (docs/DECISIONS.md, "Held packs").
 const fn holds_param_sums<T: Scalar, const PATH: RowPath>() -> bool {
     size_of::<T>() == 4 && matches!(PATH, RowPath::Shared)
 }

@@ -309,9 +309,9 @@ impl<T: Scalar> ScaleMaskLoad<T> {
 /// causal kind masks it: the cache takes x's bytes (half an f32 cache's in 16 bits) and is
 /// copied with `cp.async`, so a block copies its next row while it writes the last. Each
 /// read of the cache then reads the mask too, so the statistics take one pass
-/// ([`Load::TRANSFORMS`]): measured on the H100 against the sum cached in f32 (49152 rows,
-/// 2048-32768 columns), 16-bit rows from 83-93% of copy to 96-99%, f32 from 86-96% to
-/// 93-99%, where the mask read in three passes reached 84-94% and 80-99%.
+/// ([`Load::TRANSFORMS`]). Against the sum cached in f32 this halves a 16-bit row's cache and
+/// copies it without registers, which is worth the mask's re-read on each read of the cache
+/// (docs/DECISIONS.md, "`cp.async` row caches").
 impl<T: Scalar, const N: usize> Load<N> for ScaleMaskLoad<T> {
     const TRANSFORMS: bool = true;
 
@@ -345,9 +345,8 @@ impl<T: Scalar, const N: usize> Load<N> for ScaleMaskLoad<T> {
 
 /// A load whose values a cache holds as computed, in f32, staged through registers: no
 /// source, so no transform on the cache's reads. The masked kind's f32 clusters take it:
-/// its cache takes x's bytes either way, and measured on the H100 (4096 rows of 65536 to
-/// 262144 columns) the mask re-read on each pass cost those clusters, one block an SM, 14
-/// points of copy (82-89% staged, 68-75% copied).
+/// its cache takes x's bytes either way, and with one block an SM nothing overlaps the mask re-read
+/// on each pass (docs/DECISIONS.md, "The masked kind's f32 clusters cache the sum").
 struct Staged<'a, L>(&'a L);
 
 impl<L: Load<N>, const N: usize> Load<N> for Staged<'_, L> {

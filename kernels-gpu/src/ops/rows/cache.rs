@@ -54,7 +54,7 @@ impl<C: Scalar, const P: usize> RowCache<C, P> {
     /// Caches this thread's packs of `row` as `load` reads them. A load with a source has
     /// its packs copied to shared memory as the source holds them (`cp.async`: all in
     /// flight at once, no registers; read them after `wait_async_copies`). Other loads'
-    /// packs are fetched in batches, converted and written. Measured reason for the copies:
+    /// packs are fetched in batches, converted and written. Why the copies:
     /// ptxas issued each register-staged pack's shared store right after its load, and the
     /// next load only after that store.
     ///

@@ -309,8 +309,8 @@ impl<L: Load<P>, const P: usize> RowPass<P> for StreamedPass<'_, L> {
 
 /// Where a forward's outputs go, a row at a time: what a row's stores need beyond its
 /// elements (cross entropy's target and loss gradient) is read once, as the row starts,
-/// rather than with every pack (measured on the H100: the per-pack reads cost the cross
-/// entropy backward 4-13 points on the shared and cluster paths).
+/// rather than with every pack, whose reads would add to every pack's latency on the shared and
+/// cluster paths (docs/DECISIONS.md, "Per-row values read once a row").
 pub(crate) trait RowOutput<const P: usize> {
     type Row: Store<P> + StoreOne;
 
@@ -351,10 +351,9 @@ impl<const P: usize> Store<P> for NoElements {
 }
 
 /// A forward's outputs looked up a pack at a time, as the warp and uncached paths store
-/// them. Measured on the H100 (cross entropy backward): a row's state held per warp access
-/// cost the 16-bit tiers of 16 and 24 elements a lane 5-8 points (12 registers more) and
-/// the two-row tier 3-7, for 3-5 elsewhere; held per row on the uncached path, it cost
-/// ptxas 8-24 registers there.
+/// them: a row's state held per warp access, or per row on the uncached path, stays live across the
+/// row's loads and costs registers, and on the warp tiers resident warps (docs/DECISIONS.md,
+/// "Per-row values read once a row").
 struct EachPack<'a, Out>(&'a Out);
 
 impl<Out: RowOutput<P>, const P: usize> Store<P> for EachPack<'_, Out> {
@@ -414,9 +413,9 @@ where
                 }
             });
             let mut buf = warp_load::<L, P, E>(load, at, first, shape, O::Center::IDENTITY);
-            // After the row's own loads, so they leave first. Only where the planner may
-            // request rows: elsewhere the code alone cost registers (the f32 masked kind 80 ->
-            // 92, a block an SM fewer) or 1-3 points (cross entropy's loss, logsumexp).
+            // After the row's own loads, so they leave first. Only where the planner may request
+            // rows: elsewhere the code alone costs registers, and with them resident blocks
+            // (docs/DECISIONS.md, "Rows requested ahead into L2").
             if O::ELEMENTS && requests_rows_ahead(E, <L::Exact as Scalar>::BYTES) {
                 request_ahead(load, shape, first, at.lane, at.width);
             }

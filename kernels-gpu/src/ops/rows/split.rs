@@ -149,20 +149,17 @@ impl Slice {
 /// `ClusterSplit`, a cluster of blocks per row, each holding a slice of it.
 pub(crate) trait RowSplit {
     /// Whether two statistics of a row are better reduced at once, merged (one barrier,
-    /// more arithmetic on the reduction's critical path). Measured on the H100: yes for a
-    /// cluster, whose barrier is long (softmax forward at 131072 columns, 71% -> 84% of
-    /// copy); no for a block, whose barriers are short (cross entropy at 2048 columns,
-    /// 62% -> 53%, the merges' exponentials on the critical path).
+    /// more arithmetic on the reduction's critical path): yes for a cluster, whose barrier is long;
+    /// no for a block, whose barriers are short, so the merges' exponentials would lengthen its
+    /// critical path (docs/DECISIONS.md, "Reductions").
     const MERGES_REDUCTIONS: bool;
 
     /// Whether each row's last pass starts copying the next row into the cache, slot by
     /// slot as its last read of the slot is done (see [`RowCache::prefetch`]), and the
     /// backward's first pass takes each pack as its copies land
     /// ([`HeldRowCache::landed_pairs`]). Yes for a cluster, which holds one block per SM, so
-    /// its loads otherwise stopped for each row's reductions and output pass (measured on
-    /// the H100: the softmax backward at 131072 f16 columns went from 81% to 89% of copy;
-    /// the landed first pass took the f32 RMSNorm backward with its parameter gradients at
-    /// 49152x32768 from 79% to 86%). A block keeps its code as it was: several resident
+    /// its loads otherwise stop for each row's reductions and output pass (docs/DECISIONS.md,
+    /// "`cp.async` row caches"). A block keeps its code as it was: several resident
     /// blocks per SM already overlap one another's passes.
     const PREFETCHES: bool;
 
@@ -170,7 +167,8 @@ pub(crate) trait RowSplit {
     /// rows. `PHASED` rows may start anywhere past a 16-byte boundary (`shape.phase`): each
     /// row's aligned packs of `P` start at its head. Otherwise (the norms, whose per-column
     /// gamma and beta need every row aligned) all start at column 0, known at compile time:
-    /// measured, a head computed for aligned rows cost the norm kernels 7-16 registers.
+    /// a head computed for aligned rows costs the norm kernels registers (docs/DECISIONS.md, "Rows
+    /// run from their heads").
     /// Where `ahead`, each row learns its successor (and is marked as requested by the row
     /// before): the split prefetches ([`RowSplit::PREFETCHES`]) or the caller stages rows.
     fn rows<const P: usize, const PHASED: bool>(&self, shape: &RowShape, ahead: bool, f: impl FnMut(BlockRow));
@@ -264,8 +262,8 @@ impl RowSplit for BlockSplit {
 /// mbarrier), and each warp combines them by a butterfly over its lanes, one partial a lane
 /// (deterministic, the same in every block). No cluster barrier per row: its release fence
 /// (`MEMBAR.ALL.GPU`, waiting on the row's output stores) and the remote loads of the
-/// partials made each reduction long (the f32 softmax backward at 262144 columns, 16
-/// blocks a row, went from 71% to 83% of copy without them).
+/// partials make each reduction long (docs/DECISIONS.md, "Clusters: distributed shared memory and
+/// mbarriers").
 #[cfg(feature = "cluster")]
 pub(crate) struct ClusterSplit {
     /// Reductions done so far. Consecutive reductions alternate between two sets of slots

@@ -63,9 +63,8 @@ impl WarpRows {
     /// rows per access, `first + 1`), the whole warp running the same iterations. `at` is
     /// this place with its lane and width [`pinned`] in the iteration: a lane's columns do
     /// not depend on the row, so LLVM would otherwise hoist every address and offset built
-    /// from them out of the loop, 64 bits each, live through every row (the 16-bit
-    /// 32-element norm forward: 94 registers against 64-72, 5 blocks of 128 an SM against
-    /// 7-8; docs/DECISIONS.md, "The warp path's columns pinned per pass").
+    /// from them out of the loop, 64 bits each, live through every row, at the cost of resident
+    /// blocks (docs/DECISIONS.md, "The warp path's columns pinned per pass").
     #[inline(always)]
     pub(crate) fn for_each_access(&self, rows: u64, mut f: impl FnMut(&WarpRows, u64)) {
         strided(self.warp_first, self.step, rows, |base| f(&self.pinned(), base + self.group_offset));
@@ -74,8 +73,8 @@ impl WarpRows {
     /// This place with its lane and width [`pinned`] where it is called. [`warp_load`] and
     /// [`warp_store`] each pin again, so the load pass's addresses are not held through the
     /// reductions for the store pass; within a pass they are shared by its arrays. (Pinning
-    /// each column instead rebuilt it at every use, as pinned values are never merged: the
-    /// pack-1 softmax backward lost 7 points of copy.)
+    /// each column instead rebuilt it at every use, as pinned values are never merged;
+    /// docs/DECISIONS.md, "The warp path's columns pinned per pass".)
     #[inline(always)]
     pub(super) fn pinned(&self) -> WarpRows {
         WarpRows { width: pinned(self.width), lane: pinned(self.lane), ..*self }
