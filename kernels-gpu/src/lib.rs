@@ -16,6 +16,7 @@
 
 pub mod abi;
 pub mod arch;
+pub mod layout;
 // Only the BatchNorm kernels walk channels; the host build keeps it for its tests.
 #[cfg(any(not(target_arch = "nvptx64"), feature = "batch_norm"))]
 #[cfg_attr(not(target_arch = "nvptx64"), allow(dead_code))]

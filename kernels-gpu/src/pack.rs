@@ -426,7 +426,7 @@ impl<T: Scalar, const N: usize> Store<N> for DirectStore<T> {
 pub struct ColumnLoad<T> {
     base: GlobalAddr,
     /// Elements from one shifted copy of the vector to the next
-    /// ([`crate::abi::column_copy_stride`]), for [`ColumnLoad::fetch_phased`]; 0 for a
+    /// ([`crate::layout::column_copy_stride`]), for [`ColumnLoad::fetch_phased`]; 0 for a
     /// plain vector.
     copy_stride: u64,
     _element: PhantomData<T>,
@@ -444,7 +444,7 @@ impl<T: Scalar> ColumnLoad<T> {
 
     /// A vector of `cols` elements as its shifted copies, for [`ColumnLoad::fetch_phased`]:
     /// copy `h` holds elements `h..cols` from its start, and starts `h` strides of
-    /// [`crate::abi::column_copy_stride`] past `address` (copy 0 is the vector itself).
+    /// [`crate::layout::column_copy_stride`] past `address` (copy 0 is the vector itself).
     ///
     /// # Safety
     /// `address` must be a generic address of global memory holding the copies `0..N` for
@@ -453,7 +453,7 @@ impl<T: Scalar> ColumnLoad<T> {
     pub unsafe fn shifted(address: u64, cols: u64) -> Self {
         // SAFETY: forwarded to the caller.
         let plain = unsafe { ColumnLoad::new(address) };
-        ColumnLoad { copy_stride: crate::abi::column_copy_stride(cols), ..plain }
+        ColumnLoad { copy_stride: crate::layout::column_copy_stride(cols), ..plain }
     }
 
     /// The raw words of elements `col..col + N`: up to two 16-byte accesses (f32 columns
@@ -469,7 +469,7 @@ impl<T: Scalar> ColumnLoad<T> {
 
     /// As [`ColumnLoad::fetch`] from any column, for rows run from their heads (the phased
     /// paths), whose packs start at any column: packs of `N` that
-    /// [`crate::abi::phased_columns_copied`] from the shifted copies, others an element at
+    /// [`crate::layout::phased_columns_copied`] from the shifted copies, others an element at
     /// a time (single elements from copy 0, the vector itself, where there are copies).
     ///
     /// # Safety
@@ -479,7 +479,7 @@ impl<T: Scalar> ColumnLoad<T> {
     pub unsafe fn fetch_phased<const N: usize>(&self, col: u64) -> ColumnWords<T, N> {
         // SAFETY: forwarded to the caller.
         unsafe {
-            if crate::abi::phased_columns_copied(N) { self.fetch_shifted(col) } else { self.fetch_unaligned(col) }
+            if crate::layout::phased_columns_copied(N) { self.fetch_shifted(col) } else { self.fetch_unaligned(col) }
         }
     }
 

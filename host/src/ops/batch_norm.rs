@@ -29,9 +29,9 @@ use crate::tensor::{AsView, AsViewMut, DType, Element, View, ViewMut};
 use crate::workspace::Workspace;
 use crate::{DeviceInfo, Stream};
 use rill_kernels_gpu::abi::{
-    BATCH_NORM_BLOCK_SIZE, BATCH_NORM_COEFFICIENTS, BatchNormArgs, COLUMN_SUM_WARPS, PACK_BYTES,
-    column_sum_shared_bytes, column_sum_tile_cols, max_pack,
+    BATCH_NORM_BLOCK_SIZE, BATCH_NORM_COEFFICIENTS, BatchNormArgs, COLUMN_SUM_WARPS, PACK_BYTES, max_pack,
 };
+use rill_kernels_gpu::layout::{column_sum_shared_bytes, column_sum_tile_cols};
 use rill_kernels_gpu::table::BatchNormKernelKind as Kind;
 
 /// Where the channel axis is.

@@ -7,9 +7,8 @@ use crate::launch::{LaunchConfig, launch};
 use crate::module::Kernel;
 use crate::workspace::Workspace;
 use crate::{DeviceInfo, Stream};
-use rill_kernels_gpu::abi::{
-    COLUMN_SUM_WARPS, COLUMN_TOTALS_WARPS, column_sum_shared_bytes, column_sum_tile_cols, column_totals_shared_bytes,
-};
+use rill_kernels_gpu::abi::{COLUMN_SUM_WARPS, COLUMN_TOTALS_WARPS};
+use rill_kernels_gpu::layout::{column_sum_shared_bytes, column_sum_tile_cols, column_totals_shared_bytes};
 
 /// Parameters of a column-sum kernel pair, which take the chunking and the workspace.
 pub(crate) trait ColumnSumArgs: Copy {
@@ -88,7 +87,7 @@ pub(crate) unsafe fn sum_chunks<A: Copy>(stream: &Stream, totals_kernel: Kernel,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rill_kernels_gpu::abi::{column_sum_col, column_sum_segments};
+    use rill_kernels_gpu::layout::{column_sum_col, column_sum_segments};
 
     #[test]
     fn chunks_cover_the_rows_in_chunks_of_at_least_32() {

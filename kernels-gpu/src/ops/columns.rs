@@ -11,8 +11,9 @@
 //! Stage 2 ([`chunk_totals`]): each column's chunk sums added in a fixed order, a warp's
 //! lanes over 32 columns, the block's warps over the chunks.
 
-use crate::abi::{COLUMN_SUM_WARPS, COLUMN_TOTALS_WARPS, column_sum_col, column_sum_segments, column_sum_tile_cols};
+use crate::abi::{COLUMN_SUM_WARPS, COLUMN_TOTALS_WARPS};
 use crate::arch::{WARP_SIZE, block_idx_x, dynamic_shared, sync_threads, thread_idx_x};
+use crate::layout::{column_sum_col, column_sum_segments, column_sum_tile_cols};
 use crate::pack::{DirectStore, Store};
 use crate::scalar::Scalar;
 use crate::unroll::{unroll, unrolled_array};

@@ -19,8 +19,9 @@ use super::columns::{self, ColumnTerms, Columns};
 use super::rows::RowSplit;
 use super::rows::backward::{BackwardRows, ColumnGather, NoGather, RowGradient};
 use super::rows::forward::{Accumulate, ForwardRows, RowForward, RowPass};
-use crate::abi::{ColumnCopyArgs, NormArgs, NormParamGradArgs, RowShape, column_copy_stride, phased_columns_copied};
+use crate::abi::{ColumnCopyArgs, NormArgs, NormParamGradArgs, RowShape};
 use crate::arch::{GlobalAddr, block_dim_x, block_idx_x, grid_dim_x, load_global_nc, rcp, rsqrt, thread_idx_x};
+use crate::layout::{column_copy_stride, phased_columns_copied};
 #[cfg(feature = "fuse")]
 use crate::pack::StoreOne;
 use crate::pack::{ColumnLoad, ColumnWords, DirectLoad, DirectStore, Load, LoadOne, Pack, RowMajor, Store, StreamLoad};

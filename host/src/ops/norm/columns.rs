@@ -11,9 +11,8 @@ use crate::ops::columns::{ColumnSumArgs, sum_chunks, sum_columns};
 use crate::ops::rows::Prepared;
 use crate::tensor::{DType, Element};
 use crate::workspace::Workspace;
-use rill_kernels_gpu::abi::{
-    COLUMN_COPY_BLOCK_SIZE, ColumnCopyArgs, NormArgs, NormParamGradArgs, column_copy_stride, phased_columns_copied,
-};
+use rill_kernels_gpu::abi::{COLUMN_COPY_BLOCK_SIZE, ColumnCopyArgs, NormArgs, NormParamGradArgs};
+use rill_kernels_gpu::layout::{column_copy_stride, phased_columns_copied};
 
 impl ColumnSumArgs for NormParamGradArgs {
     fn set_chunking(&mut self, rows_per_chunk: u64, chunks: u64, partial: u64) {

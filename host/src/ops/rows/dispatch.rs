@@ -12,8 +12,10 @@ use crate::Error::Unsupported;
 use crate::launch::grid_stride_blocks;
 use rill_kernels_gpu::abi::{
     CLUSTER_STATIC_SHARED_BYTES, MAX_CLUSTER_BLOCKS, PACK_BYTES, ROW_CACHE_STAGES, ROW_CLUSTER_SIZES,
-    ROW_STATIC_SHARED_BYTES, ROW_WARP_BLOCK_SIZE, WARP_SIZE, cluster_part_cols, column_gather_bytes,
-    column_gather_stride, part_packs, rows_per_access,
+    ROW_STATIC_SHARED_BYTES, ROW_WARP_BLOCK_SIZE, WARP_SIZE,
+};
+use rill_kernels_gpu::layout::{
+    cluster_part_cols, column_gather_bytes, column_gather_stride, part_packs, rows_per_access,
 };
 use rill_kernels_gpu::table::{RowPath, requests_rows_ahead};
 

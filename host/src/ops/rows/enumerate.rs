@@ -16,8 +16,9 @@ use crate::DeviceInfo;
 use crate::launch::grid_stride_blocks;
 use rill_kernels_gpu::abi::{
     CLUSTER_STATIC_SHARED_BYTES, ROW_CACHE_STAGES, ROW_CLUSTER_SIZES, ROW_STATIC_SHARED_BYTES, ROW_WARP_BLOCK_SIZE,
-    WARP_SIZE, column_gather_bytes, rows_per_access,
+    WARP_SIZE,
 };
+use rill_kernels_gpu::layout::{column_gather_bytes, rows_per_access};
 use rill_kernels_gpu::table::{RowPath, requests_rows_ahead};
 
 /// A device's limits: what its driver reports ([`DeviceInfo`]: SMs, threads and shared

@@ -18,8 +18,9 @@ pub use dispatch::{Path, PathKind, Plan};
 use foldhash::HashMap;
 use rill_kernels_gpu::abi::DType;
 use rill_kernels_gpu::abi::{
-    CLUSTER_STATIC_SHARED_BYTES, PACK_BYTES, ROW_STATIC_SHARED_BYTES, ROW_WARP_BLOCK_SIZE, RowArgs, column_gather_bytes,
+    CLUSTER_STATIC_SHARED_BYTES, PACK_BYTES, ROW_STATIC_SHARED_BYTES, ROW_WARP_BLOCK_SIZE, RowArgs,
 };
+use rill_kernels_gpu::layout::column_gather_bytes;
 use rill_kernels_gpu::table::{NormKernelKind, RowPath, SoftmaxKind};
 use smallvec::SmallVec;
 pub use spec::{OpClass, RowSpec};
@@ -528,7 +529,8 @@ fn shared_carveout(needed: u32, column_bytes: u32, capacity: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rill_kernels_gpu::abi::{RowShape, cluster_part_cols, part_edge_col, part_packs, slab_run_words};
+    use rill_kernels_gpu::abi::RowShape;
+    use rill_kernels_gpu::layout::{cluster_part_cols, part_edge_col, part_packs, slab_run_words};
 
     #[test]
     fn carveout_leaves_room_for_column_data_but_not_at_the_blocks_cost() {

@@ -11,11 +11,12 @@ use super::{
     BlockRow, BlockSplit, HeldRowCache, RowSplit, Slice, WarpRows, block_packs_loaded, warp_load, warp_row_reduce,
     warp_store,
 };
-use crate::abi::{ROW_CACHE_STAGES, RowShape, column_gather_bytes, column_gather_stride, slab_run_words};
+use crate::abi::{ROW_CACHE_STAGES, RowShape};
 use crate::arch::{
     SharedAddr, block_dim_x, dynamic_shared_addr, load_shared, store_shared, sync_threads, thread_idx_x,
     wait_async_copies, wait_async_groups_but,
 };
+use crate::layout::{column_gather_bytes, column_gather_stride, slab_run_words};
 use crate::pack::{Load, LoadOne, Store, StoreOne};
 use crate::reduce::{Sum, SumPair};
 use crate::table::RowPath;

@@ -5,13 +5,14 @@ use super::strided;
 use super::warp::fetch_group;
 #[cfg(feature = "cluster")]
 use crate::abi::MAX_CLUSTER_BLOCKS;
-use crate::abi::{RowShape, part_edge_col};
+use crate::abi::RowShape;
 #[cfg(feature = "cluster")]
 use crate::arch::{
     SharedAddr, WARP_SIZE, cluster_blocks, cluster_exchange, cluster_id, cluster_rank, cluster_sync, clusters,
     expect_bytes, fence_barrier_init, init_barrier, load_shared, store_remote_async, wait_barrier,
 };
 use crate::arch::{block_dim_x, block_idx_x, grid_dim_x, thread_idx_x};
+use crate::layout::part_edge_col;
 #[cfg(feature = "cluster")]
 use crate::reduce::group_all_reduce;
 #[cfg(feature = "cluster")]

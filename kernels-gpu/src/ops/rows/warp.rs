@@ -2,8 +2,9 @@
 //! reducing a row held in registers.
 
 use super::strided;
-use crate::abi::{RowShape, rows_per_access};
+use crate::abi::RowShape;
 use crate::arch::{WARP_SIZE, block_dim_x, block_idx_x, grid_dim_x, pinned, request_row_l2, thread_idx_x};
+use crate::layout::rows_per_access;
 use crate::pack::{Load, Store};
 use crate::reduce::{Reduce, group_all_reduce};
 use crate::scalar::Scalar;
