@@ -32,9 +32,9 @@
 //!   order given (one GPU's runs, the newest figure of each op, dtype and shape), `--device`
 //!   naming the GPU of runs recorded without a header.
 //!
-//! The run's commit is compiled in from `RILL_COMMIT` where the build sets it, else asked of
-//! `git describe --always --dirty` in the checkout holding the executable (empty outside
-//! one); the driver's release is read from `/proc/driver/nvidia/version` where the system
+//! The run's commit is compiled in by the build script (`RILL_COMMIT` where the build sets
+//! it, else `git describe --always --dirty` of the checkout it was built in); the driver's
+//! release is read from `/proc/driver/nvidia/version` where the system
 //! has it.
 //!
 //! Effective bandwidth counts each input read once and each output written once. Each
@@ -62,7 +62,6 @@ use rill::softmax::PathKind;
 use std::collections::BTreeMap;
 use std::error::Error;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// rill's bandwidth benchmarks: every op against the device-to-device copy measured in the
 /// same run.
@@ -229,25 +228,10 @@ fn run(gpu: Gpu, options: &Options) -> Result<(), Box<dyn Error>> {
     report_sections(&[report::Section::new(&stem(&options.json), vec![run])], options)
 }
 
-/// The build's commit: compiled in from `RILL_COMMIT`, else `git describe --always --dirty`
-/// of the checkout holding this executable (where cargo built it, or the bundle it was copied
-/// into), else empty. Not the working directory's: a bundle may run in another checkout.
+/// The build's commit, compiled in by the build script (`build.rs`): a bundle may run in
+/// another checkout, or in none.
 fn commit() -> String {
-    if let Some(commit) = option_env!("RILL_COMMIT").map(str::trim).filter(|commit| !commit.is_empty()) {
-        return commit.to_string();
-    }
-    let Some(dir) = std::env::current_exe().ok().and_then(|exe| exe.parent().map(Path::to_path_buf)) else {
-        return String::new();
-    };
-    Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["describe", "--always", "--dirty"])
-        .output()
-        .ok()
-        .filter(|output| output.status.success())
-        .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_string())
-        .unwrap_or_default()
+    env!("RILL_COMMIT").trim().to_string()
 }
 
 /// The NVIDIA kernel module's release in the text of `/proc/driver/nvidia/version`
@@ -411,8 +395,7 @@ mod tests {
         assert_eq!(command_line(Vec::new()), "rill-bench");
     }
 
-    /// Without `RILL_COMMIT` compiled in, the commit is the checkout's that holds the test
-    /// executable (this one, under target/), where there is git; one line either way.
+    /// The build script's commit: this checkout's where there is git; one line either way.
     #[test]
     fn the_commit_is_one_line() {
         let commit = commit();

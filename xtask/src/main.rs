@@ -68,24 +68,9 @@ fn build_ptx(arch: String, out: Option<PathBuf>) -> Result<(), String> {
     Ok(())
 }
 
-/// The checkout's commit (`git describe --always --dirty`), compiled into `rill-bench` as
-/// `RILL_COMMIT` so a bundle run on a machine without the checkout still names its build;
-/// empty where git or the checkout is missing (the benchmark then asks at run time).
-fn commit(root: &Path) -> String {
-    Command::new("git")
-        .current_dir(root)
-        .args(["describe", "--always", "--dirty"])
-        .output()
-        .ok()
-        .filter(|output| output.status.success())
-        .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_string())
-        .unwrap_or_default()
-}
-
 fn cargo(root: &Path, args: &[&str]) -> Result<String, String> {
     let output = Command::new(env!("CARGO"))
         .current_dir(root)
-        .env("RILL_COMMIT", commit(root))
         .args(args)
         .stderr(std::process::Stdio::inherit())
         .output()
@@ -134,7 +119,6 @@ fn gpu_bundle(out: Option<PathBuf>) -> Result<(), String> {
 fn bench(args: &[String]) -> Result<(), String> {
     let status = Command::new(env!("CARGO"))
         .current_dir(workspace_root())
-        .env("RILL_COMMIT", commit(&workspace_root()))
         .args(["run", "--release", "--quiet", "-p", "rill-benches", "--bin", "rill-bench", "--"])
         .args(args)
         .status()
