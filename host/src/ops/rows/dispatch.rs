@@ -237,6 +237,15 @@ impl Problem {
         }
     }
 
+    /// Shared memory of one block of a row split over `cluster` blocks of `block` threads:
+    /// its slice's packs of each cached array but those its threads hold in registers, and
+    /// its slice's gathered sums.
+    pub(super) fn slice_bytes(&self, cluster: u32, block: u32) -> u64 {
+        let held = self.spec.cluster_held_packs as u64 * block as u64;
+        let pack_bytes = self.block_pack.max(1) as u64 * self.spec.cache_bytes_per_col as u64;
+        self.slice_packs(cluster).saturating_sub(held) * pack_bytes + self.gathered_bytes(self.slice_cols(cluster))
+    }
+
     /// Shared memory of a block holding `cols` columns of each cached array and of the
     /// gathered sums.
     pub(super) fn block_bytes(&self, cols: u64) -> u64 {
@@ -446,9 +455,9 @@ pub fn rows_ahead(
     if !fast_dram(device) || !requested {
         return Ok(0);
     }
-    let warps = resident_blocks()? * (plan.block() / WARP_SIZE);
-    let wave =
-        (warps * device.multiprocessors) as u64 * (WARP_SIZE / width) as u64 * rows_per_access(elements as usize);
+    let blocks_an_sm = resident_blocks()?;
+    let warps = blocks_an_sm * (plan.block() / WARP_SIZE);
+    let wave = wave_rows(width, elements, blocks_an_sm, device);
     let wave_bytes = wave * (problem.cols * problem.spec.cache_bytes_per_col as usize) as u64;
     let fits = warps <= AHEAD_MAX_WARPS && wave_bytes <= device.l2_bytes as u64 / AHEAD_L2_SHARE;
     Ok(if fits { wave } else { 0 })
@@ -530,9 +539,14 @@ fn warp_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
     } else {
         narrowest
     };
-    let width = cols.div_ceil(elements).next_power_of_two().min(32);
-    let rows_per_access = rows_per_access(elements as usize);
-    let threads = (problem.rows as u64).div_ceil(rows_per_access) * width as u64;
+    warp_tier_plan(problem, elements, device)
+}
+
+/// The warp path's plan on the tier of `elements` a lane: as few lanes a row as a power of
+/// two covering it, the grid striding over the rows' lane groups.
+pub(super) fn warp_tier_plan(problem: &Problem, elements: u32, device: &DeviceInfo) -> Plan {
+    let width = (problem.cols.max(1) as u32).div_ceil(elements).next_power_of_two().min(WARP_SIZE);
+    let threads = (problem.rows as u64).div_ceil(rows_per_access(elements as usize)) * width as u64;
     Plan {
         path: Path::Warp { width, elements },
         pack: problem.pack,
@@ -541,6 +555,14 @@ fn warp_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
         ahead: 0,
         stages: 1,
     }
+}
+
+/// The rows one wave of a warp-path plan's resident warps holds, at `blocks_an_sm` blocks
+/// an SM of lane groups `width` lanes wide on the tier of `elements`: what a request for
+/// the rows ahead ([`RowShape::ahead`](rill_kernels_gpu::abi::RowShape::ahead)) reaches.
+pub(super) fn wave_rows(width: u32, elements: u32, blocks_an_sm: u32, device: &DeviceInfo) -> u64 {
+    let warps = blocks_an_sm as u64 * (ROW_WARP_BLOCK_SIZE / WARP_SIZE) as u64;
+    warps * device.multiprocessors as u64 * (WARP_SIZE / width) as u64 * rows_per_access(elements as usize)
 }
 
 /// A block per row, grid-strided ([`grid_stride_blocks`] over the rows' threads).
@@ -688,12 +710,6 @@ fn cluster_plan(
         return Ok(None);
     }
     let limit = cluster_block_bytes(device);
-    let pack = problem.block_pack.max(1) as u64;
-    let slice_bytes = |cluster: u32, block: u32| {
-        let (packs, held) = (problem.slice_packs(cluster), problem.spec.cluster_held_packs as u64 * block as u64);
-        let cached = packs.saturating_sub(held) * problem.spec.cache_bytes_per_col as u64 * pack;
-        cached + problem.gathered_bytes(problem.slice_cols(cluster))
-    };
     let blocks =
         |cluster| BLOCK_SIZES.into_iter().rev().filter(move |&b| b <= problem.block_limit).map(move |b| (cluster, b));
     let plan = |cluster, block, bytes: u64, resident| {
@@ -702,14 +718,14 @@ fn cluster_plan(
     };
     let mut fewest = None;
     for (cluster, block) in ROW_CLUSTER_SIZES.into_iter().flat_map(blocks) {
-        let bytes = slice_bytes(cluster, block);
+        let bytes = problem.slice_bytes(cluster, block);
         if bytes > limit {
             continue;
         }
         let resident = occupancy(cluster, block, bytes as u32)?;
         if resident > 0 {
             let largest = ClusterBlocks { cluster, block, bytes, resident };
-            let half_bytes = slice_bytes(cluster, block / 2);
+            let half_bytes = problem.slice_bytes(cluster, block / 2);
             let ClusterBlocks { block, bytes, resident, .. } = if half_bytes > limit {
                 largest
             } else if gathering_cluster_halves(problem, largest) {
@@ -723,7 +739,7 @@ fn cluster_plan(
     }
     if fewest.is_some_and(|fewest| gathers_two_blocks_an_sm(problem, &fewest)) {
         for (cluster, block) in ROW_CLUSTER_SIZES.into_iter().flat_map(blocks) {
-            let bytes = slice_bytes(cluster, block);
+            let bytes = problem.slice_bytes(cluster, block);
             if bytes > limit || problem.slice_packs(cluster) < GATHERING_PACKS_PER_THREAD * block as u64 {
                 continue;
             }

@@ -9,16 +9,15 @@
 
 use super::dispatch::{
     BLOCK_SIZES, MAX_COLS, Path, Plan, Problem, SMALL_BLOCK, STREAMING_BLOCK_SIZES, WARP_MAX_COLS, block_grid,
-    cluster_grid,
+    cluster_grid, warp_tier_plan, wave_rows,
 };
 use super::profiles::{ArchLimits, arch_limits};
 use crate::DeviceInfo;
-use crate::launch::grid_stride_blocks;
 use rill_kernels_gpu::abi::{
     CLUSTER_STATIC_SHARED_BYTES, ROW_CACHE_STAGES, ROW_CLUSTER_SIZES, ROW_STATIC_SHARED_BYTES, ROW_WARP_BLOCK_SIZE,
     WARP_SIZE,
 };
-use rill_kernels_gpu::layout::{column_gather_bytes, rows_per_access};
+use rill_kernels_gpu::layout::column_gather_bytes;
 use rill_kernels_gpu::table::{RowPath, requests_rows_ahead};
 
 /// A device's limits: what its driver reports ([`DeviceInfo`]: SMs, threads and shared
@@ -162,11 +161,10 @@ fn warp_candidates(problem: &Problem, limits: &Limits, registers: Registers<'_>)
         if cols > WARP_SIZE * elements {
             return None;
         }
-        let width = cols.div_ceil(elements).next_power_of_two().min(WARP_SIZE);
-        let threads = (problem.rows as u64).div_ceil(rows_per_access(elements as usize)) * width as u64;
-        let grid = grid_stride_blocks(threads, ROW_WARP_BLOCK_SIZE, &limits.device);
-        let plan =
-            Plan { path: Path::Warp { width, elements }, pack: problem.pack, phased: false, grid, ahead: 0, stages: 1 };
+        let plan = warp_tier_plan(problem, elements, &limits.device);
+        let Path::Warp { width, .. } = plan.path else {
+            return None;
+        };
         // A gathering backward's sums: a partial row for each lane group of a block.
         let sums = column_gather_bytes(ROW_WARP_BLOCK_SIZE / width, problem.spec.column_sums, problem.cols as u64);
         let demand = BlockDemand {
@@ -192,9 +190,7 @@ fn with_rows_ahead(problem: &Problem, limits: &Limits, warp: Candidate) -> impl 
             if spec.class.writes_elements_forward()
                 && requests_rows_ahead(elements as usize, spec.cache_bytes_per_col as usize) =>
         {
-            let warps = warp.blocks_per_sm as u64 * (ROW_WARP_BLOCK_SIZE / WARP_SIZE) as u64;
-            let rows_a_warp = (WARP_SIZE / width) as u64 * rows_per_access(elements as usize);
-            let wave = warps * limits.device.multiprocessors as u64 * rows_a_warp;
+            let wave = wave_rows(width, elements, warp.blocks_per_sm, &limits.device);
             Some(Candidate { plan: Plan { ahead: wave, ..warp.plan }, ..warp })
         }
         _ => None,
@@ -255,7 +251,7 @@ fn fewer_blocks(limits: &Limits, demand: BlockDemand, resident: u32) -> impl Ite
 }
 
 /// The cluster path, where the capability has clusters: each cluster size it allows and
-/// each of [`BLOCK_SIZES`], where a block's slice of the row ([`slice_bytes`]) fits its
+/// each of [`BLOCK_SIZES`], where a block's slice of the row ([`Problem::slice_bytes`]) fits its
 /// shared memory and the clusters reside.
 fn cluster_candidates(problem: &Problem, limits: &Limits, registers: Registers<'_>) -> Vec<Candidate> {
     let path = if problem.block_phased() { RowPath::ClusterPhased } else { RowPath::Cluster };
@@ -265,7 +261,7 @@ fn cluster_candidates(problem: &Problem, limits: &Limits, registers: Registers<'
     let blocks = BLOCK_SIZES.into_iter().filter(|&block| block <= problem.block_limit);
     let shapes = ROW_CLUSTER_SIZES.into_iter().flat_map(|cluster| blocks.clone().map(move |block| (cluster, block)));
     let launch = |(cluster, block)| {
-        let shared_bytes = u32::try_from(slice_bytes(problem, cluster, block)).ok()?;
+        let shared_bytes = u32::try_from(problem.slice_bytes(cluster, block)).ok()?;
         let demand = BlockDemand {
             threads: block,
             registers,
@@ -277,16 +273,6 @@ fn cluster_candidates(problem: &Problem, limits: &Limits, registers: Registers<'
         candidate(problem, limits, plan, demand)
     };
     shapes.filter_map(launch).collect()
-}
-
-/// Shared memory of one block of a row split over `cluster` blocks of `block` threads: its
-/// slice's packs of each cached array but those its threads hold in registers, and its
-/// slice's gathered sums.
-fn slice_bytes(problem: &Problem, cluster: u32, block: u32) -> u64 {
-    let spec = &problem.spec;
-    let held = spec.cluster_held_packs as u64 * block as u64;
-    let pack_bytes = problem.block_pack.max(1) as u64 * spec.cache_bytes_per_col as u64;
-    problem.slice_packs(cluster).saturating_sub(held) * pack_bytes + problem.gathered_bytes(problem.slice_cols(cluster))
 }
 
 /// The uncached path at each of [`BLOCK_SIZES`], and for rows read once at each of

@@ -36,8 +36,6 @@ pub struct ArchLimits {
     /// A block's shared memory (its own and the reserved) is allotted in units of this many
     /// bytes.
     pub shared_allocation_unit: u32,
-    /// Blocks a thread-block cluster may have on every GPU of the capability (0: none).
-    pub portable_cluster_blocks: u32,
     /// Blocks a cluster may have once its kernel allows non-portable sizes.
     pub max_cluster_blocks: u32,
 }
@@ -57,7 +55,6 @@ const SM_80: ArchLimits = ArchLimits {
     max_shared_bytes_per_block_optin: 163 * 1024,
     reserved_shared_bytes_per_block: RESERVED_SHARED_BYTES,
     shared_allocation_unit: SHARED_ALLOCATION_BYTES,
-    portable_cluster_blocks: 0,
     max_cluster_blocks: 0,
 };
 
@@ -80,7 +77,6 @@ const SM_90: ArchLimits = ArchLimits {
     compute_capability: (9, 0),
     max_shared_bytes_per_multiprocessor: 228 * 1024,
     max_shared_bytes_per_block_optin: 227 * 1024,
-    portable_cluster_blocks: 8,
     max_cluster_blocks: 16,
     ..SM_80
 };
