@@ -4,6 +4,7 @@
 //! ```text
 //! rill-bench [--quick] [--filter TEXT,..] [--dtype f32|f16|bf16] [--cols W,W,..] [--rows N] [--peers [--python PATH]] [--json PATH] [--plot-dir DIR] [--perf PATH] [--profile]
 //! rill-bench --from-json PATH [--from-json PATH ..] [--device TEXT] [--plot-dir DIR] [--perf PATH]
+//! rill-bench --tune PATH [--filter CLASS,..] [--dtype f32|bf16]
 //! ```
 //! - elementwise ops over lengths 2^16..2^28, the softmax family over the seed articles'
 //!   sweep (49152 rows of 32..32768 columns, 768, 1000; 4096 rows of 50257..262144),
@@ -27,6 +28,7 @@
 //!   `--python`, default python3), merged into the table, the record file, the plots (a line
 //!   per implementation) and the report (each row's best peer and rill's ratio to it);
 //!   without python3 or torch one line says so and rill's figures stand alone;
+//! - `--tune`: the GPU's tuning table instead of the sweep (see `tune.rs`);
 //! - `--profile`: the profile table instead of the sweep; `--from-json`: the report of
 //!   recorded runs, without measuring (no GPU needed): a section per record file, in the
 //!   order given (one GPU's runs, the newest figure of each op, dtype and shape), `--device`
@@ -53,6 +55,7 @@ mod profile;
 mod report;
 mod small;
 mod softmax;
+mod tune;
 
 use clap::Parser;
 use half::{bf16, f16};
@@ -112,6 +115,11 @@ struct Options {
     /// The GPU of recorded runs whose header names none.
     #[arg(long, value_name = "TEXT")]
     device: Option<String>,
+    /// Tune instead of the sweep: time every plan the knobs give each bucket of row calls
+    /// and write the GPU's tuning table to PATH (`--filter` picks classes, `--dtype` one of
+    /// f32 and bf16).
+    #[arg(long, value_name = "PATH")]
+    tune: Option<PathBuf>,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -194,6 +202,12 @@ fn run(gpu: Gpu, options: &Options) -> Result<(), Box<dyn Error>> {
     bench.rows = options.rows;
     if options.profile {
         profile::run(&mut bench)?;
+        return Ok(());
+    }
+    if let Some(path) = &options.tune {
+        let table = tune::run(&mut bench, options.dtype.as_deref())?;
+        write(path, &table.to_string())?;
+        println!("tuning table: {} entries written to {}", table.entries.len(), path.display());
         return Ok(());
     }
     sweep_dtype::<f32>(&mut bench, options)?;

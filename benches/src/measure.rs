@@ -94,21 +94,33 @@ impl Bench {
     }
 
     /// Median device time of one `launch(stream, set)`, in microseconds, over 15 timed
-    /// batches (the launches go on the timed stream), and what the first launch returned.
+    /// batches of about 2 ms (the launches go on the timed stream), and what the first launch
+    /// returned.
     pub fn time<R>(
         &mut self,
         sets: usize,
         bytes: usize,
+        launch: impl FnMut(&Stream, usize) -> rill::Result<R>,
+    ) -> rill::Result<(f64, R)> {
+        self.time_batches(sets, bytes, 15, 2e-3, launch)
+    }
+
+    /// [`Bench::time`] over `batches` batches of about `seconds` each at 3 TB/s.
+    pub fn time_batches<R>(
+        &mut self,
+        sets: usize,
+        bytes: usize,
+        batches: usize,
+        seconds: f64,
         mut launch: impl FnMut(&Stream, usize) -> rill::Result<R>,
     ) -> rill::Result<(f64, R)> {
-        // Enough launches per timed batch for about 2 ms at 3 TB/s.
-        let per_batch = (2e-3 * 3e12 / bytes as f64).ceil().clamp(1.0, 500.0) as usize;
+        let per_batch = (seconds * 3e12 / bytes as f64).ceil().clamp(1.0, 500.0) as usize;
         let first = launch(&self.stream, 0)?;
         for set in 1..sets.max(3) {
             launch(&self.stream, set % sets)?;
         }
-        let mut samples = Vec::with_capacity(15);
-        for batch in 0..15 {
+        let mut samples = Vec::with_capacity(batches);
+        for batch in 0..batches {
             let ms = self
                 .stream
                 .time_ms(|s| (0..per_batch).try_for_each(|i| launch(s, (batch * per_batch + i) % sets).map(drop)))?;

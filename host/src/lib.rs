@@ -24,6 +24,7 @@ mod module;
 pub mod nvtx;
 mod ops;
 mod tensor;
+pub mod tuning;
 mod workspace;
 
 pub use error::{Error, Result};

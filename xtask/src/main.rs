@@ -31,6 +31,21 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Tunes the GPU at hand: times every plan the row planner's knobs give each bucket of
+    /// row calls (`rill-bench --tune`) and writes its tuning table to OUT, e.g.
+    /// `host/tuning/h100-sxm.table` to check in (then list it in `host/src/ops/rows/tuning.rs`).
+    /// From a GPU bundle: `./xtask tune --bench ./rill-bench --out h100.table`.
+    #[command(disable_help_flag = true)]
+    Tune {
+        #[arg(long)]
+        out: PathBuf,
+        /// A built `rill-bench` to run, instead of building it here.
+        #[arg(long)]
+        bench: Option<PathBuf>,
+        /// More `rill-bench` arguments (`--filter CLASS,..`, `--dtype f32|bf16`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Runs compute-sanitizer's memcheck, racecheck, synccheck and initcheck over a subset of
     /// the GPU suite that launches every kernel; fails on any error or unreached kernel.
     Sanitize(sanitize::Options),
@@ -41,6 +56,13 @@ fn main() {
         Task::BuildPtx { arch, out } => build_ptx(arch, out),
         Task::GpuBundle { out } => gpu_bundle(out),
         Task::Bench { args } => bench(&args),
+        Task::Tune { out, bench: built, args } => {
+            let args = [vec!["--tune".to_string(), out.display().to_string()], args].concat();
+            match built {
+                Some(built) => run_built(&built, &args),
+                None => bench(&args),
+            }
+        }
         Task::Sanitize(options) => sanitize::run(options),
     };
     if let Err(message) = result {
@@ -114,6 +136,12 @@ fn gpu_bundle(out: Option<PathBuf>) -> Result<(), String> {
         println!("bundled {short}");
     }
     Ok(())
+}
+
+/// Runs the built executable `exe` with `args`.
+fn run_built(exe: &Path, args: &[String]) -> Result<(), String> {
+    let status = Command::new(exe).args(args.iter()).status().map_err(|e| format!("{}: {e}", exe.display()))?;
+    if status.success() { Ok(()) } else { Err(format!("{} failed ({status})", exe.display())) }
 }
 
 fn bench(args: &[String]) -> Result<(), String> {

@@ -9,6 +9,7 @@
 //! A row of all `-inf` gives NaN, as in PyTorch.
 
 pub use super::rows::check_last_dim;
+use super::rows::dispatch::WARP_MAX_COLS;
 pub use super::rows::dispatch::{Path, PathKind, Plan};
 use super::rows::{LibraryKernels, OpClass, RowCall, RowSpec, check_aligned, rows_cols, same_shape};
 use crate::Stream;
@@ -182,7 +183,7 @@ impl Softmax {
             && mask.address() % PACK_BYTES as u64 == x.address() % PACK_BYTES as u64;
         let tiles = mask_tiles(mask_bytes);
         let tiled_bytes = tiles * mask_bytes;
-        if in_phase || cols <= call.warp_max_cols() || tiled_bytes > rows * cols * size / MASK_TILES_SHARE {
+        if in_phase || cols <= WARP_MAX_COLS || tiled_bytes > rows * cols * size / MASK_TILES_SHARE {
             call.arrays.extend([(mask.address(), size), (y.address(), size)]);
             // A mask whose rows do not keep the input rows' offset is read at rows other
             // than the one worked on.

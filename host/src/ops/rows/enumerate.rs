@@ -311,9 +311,11 @@ fn candidate(problem: &Problem, limits: &Limits, plan: Plan, demand: BlockDemand
 
 #[cfg(test)]
 mod tests {
-    use super::super::dispatch::{self, Occupancies, PathKind, gathers_columns, rows_ahead, warp_max_cols};
+    use super::super::choose;
+    use super::super::dispatch::{Occupancies, PathKind, gathers_columns, rows_ahead};
     use super::super::profiles;
     use super::super::spec::{OpClass, RowSpec};
+    use super::super::tuning::{self, Alignment, Knobs, RowsBucket, TuningTable, WIDER};
     use super::*;
     use crate::fuse;
     use crate::ops::{norm, softmax};
@@ -405,8 +407,7 @@ mod tests {
             for problem in packs(rows, cols, spec) {
                 let aligned = problem.pack > 1;
                 let phased = problem.block_pack > problem.pack;
-                let gathers = (aligned || (cols > warp_max_cols(&spec) && phased))
-                    && gathers_columns(&gathering, cols, !aligned, device);
+                let gathers = (aligned || phased) && gathers_columns(&gathering, cols, !aligned, device);
                 if gathers {
                     calls.push((Problem { spec: gathering, ..problem }, kernels));
                 }
@@ -443,12 +444,26 @@ mod tests {
         Some(Problem { block_limit, ..problem })
     }
 
-    /// What the rule-based planner chooses for `problem` with the occupancy model of
-    /// `limits`, finished as the engine finishes it (`RowCall::plan`): planned again without
-    /// the column sums where the gathering kernels have none on its path, a gathering
-    /// grid cut to one wave, the rows requested ahead asked; with the problem and kernels
-    /// it was planned for. `None` where the engine finds no kernel.
-    fn planned(problem: Problem, family: Family, limits: &Limits, figure: u32) -> Option<(Problem, Family, Plan)> {
+    /// How a test plans a call: by a table (the ladder where `None`), or by one setting of
+    /// the knobs.
+    #[derive(Clone, Copy)]
+    enum Choice<'a> {
+        Table(Option<&'a TuningTable>),
+        Knobs(Knobs),
+    }
+
+    /// What the chooser gives `problem` by `choice` with the occupancy model of `limits`,
+    /// finished as the engine finishes it (`RowCall::plan`): planned again without the
+    /// column sums where the gathering kernels have none on its path, a gathering grid cut
+    /// to one wave, the rows requested ahead asked; with the problem and kernels it was
+    /// planned for. `None` where the engine finds no kernel, or the knobs do not fit.
+    fn planned(
+        problem: Problem,
+        family: Family,
+        limits: &Limits,
+        figure: u32,
+        choice: Choice<'_>,
+    ) -> Option<(Problem, Family, Plan)> {
         let registers = family.registers(figure);
         let problem = with_block_limit(problem, &registers, limits)?;
         let (pack, phased) = (problem.block_pack, problem.block_phased());
@@ -465,13 +480,16 @@ mod tests {
             Ok(demand.map_or(0, |d| limits.resident_clusters(cluster, d)))
         };
         let occupancy = Occupancies { shared: &shared, cluster: &cluster };
-        let mut plan = dispatch::plan(&problem, &limits.device, occupancy).unwrap();
+        let (mut plan, ahead) = match choice {
+            Choice::Table(table) => choose::plan(&problem, &limits.device, occupancy, table).unwrap(),
+            Choice::Knobs(knobs) => choose::fit(knobs, &problem, &limits.device, occupancy).unwrap()?,
+        };
         let Some(kernel_registers) = registers(plan.row_path(), plan.pack) else {
             let Family::Norm(NormKernelKind::BackwardParams, dtypes) = family else {
                 return None;
             };
             let ungathered = Problem { spec: problem.spec.ungathered(), ..problem };
-            return planned(ungathered, Family::Norm(NormKernelKind::Backward, dtypes), limits, figure);
+            return planned(ungathered, Family::Norm(NormKernelKind::Backward, dtypes), limits, figure, choice);
         };
         let sums = problem.spec.column_sums;
         let gathered = match plan.path {
@@ -498,7 +516,9 @@ mod tests {
             };
             plan.grid = plan.grid.min(resident);
         }
-        plan.ahead = rows_ahead(&problem, &plan, &limits.device, || Ok(blocks_an_sm(plan.block()))).unwrap();
+        if ahead {
+            plan.ahead = rows_ahead(&problem, &plan, &limits.device, || Ok(blocks_an_sm(plan.block()))).unwrap();
+        }
         Some((problem, family, plan))
     }
 
@@ -548,10 +568,17 @@ mod tests {
     }
 
     /// Checks one call on a device of `limits`, its kernels of `figure` registers: it has
-    /// plans, none breaks a limit, and the rule-based planner's, as the engine finishes it,
-    /// is one of them (compared whole: grid and rows ahead too). Err names a call whose
-    /// planned plan is not enumerated, or that the engine finds no kernel for.
-    fn check_call(problem: Problem, family: Family, limits: &Limits, figure: u32) -> Result<(), String> {
+    /// plans, none breaks a limit, and the chooser's by each of `choices`, as the engine
+    /// finishes it, is one of them (compared whole: grid and rows ahead too). Err names a
+    /// call whose chosen plan is not enumerated, or that the engine finds no kernel for by
+    /// a table.
+    fn check_call(
+        problem: Problem,
+        family: Family,
+        limits: &Limits,
+        figure: u32,
+        choices: &[Choice<'_>],
+    ) -> Result<(), String> {
         let registers = family.registers(figure);
         let device = &limits.device.name;
         // The engine refuses a call whose block paths have no kernels at its packs (cross
@@ -565,14 +592,19 @@ mod tests {
         for candidate in &candidates {
             assert_within_limits(candidate, &problem, limits);
         }
-        let Some((problem, family, plan)) = planned(problem, family, limits, figure) else {
-            return Err(format!("no kernel for the planned path: {family:?} {problem:?} on {device}"));
-        };
-        let registers = family.registers(figure);
-        match enumerate(&problem, limits, &registers).iter().any(|candidate| candidate.plan == plan) {
-            true => Ok(()),
-            false => Err(format!("{}: {family:?} {problem:?} on {device}", plan.describe())),
+        for &choice in choices {
+            let Some((problem, family, plan)) = planned(problem, family, limits, figure, choice) else {
+                match choice {
+                    Choice::Knobs(_) => continue,
+                    Choice::Table(_) => return Err(format!("no kernel planned: {family:?} {problem:?} on {device}")),
+                }
+            };
+            let registers = family.registers(figure);
+            if !enumerate(&problem, limits, &registers).iter().any(|candidate| candidate.plan == plan) {
+                return Err(format!("{}: {family:?} {problem:?} on {device}", plan.describe()));
+            }
         }
+        Ok(())
     }
 
     /// An index for each class of op (exhaustive: a new class fails to compile here, then
@@ -594,7 +626,7 @@ mod tests {
     }
 
     #[test]
-    fn every_sweep_shape_has_plans_within_the_limits_of_every_profile_and_the_planners_is_one() {
+    fn every_sweep_shape_has_plans_within_the_limits_of_every_profile_and_the_chosen_one_is_one() {
         let runs = REGISTER_FIGURES.into_iter().flat_map(|figure| {
             let shapes = sweep().into_iter();
             shapes.flat_map(move |(rows, cols)| [DType::F32, DType::F16, DType::BF16].map(|d| (figure, rows, cols, d)))
@@ -602,15 +634,70 @@ mod tests {
         let runs: Vec<_> = runs.collect();
         let (mut classes, mut outside) = (std::collections::HashSet::new(), Vec::new());
         for limits in profiles::all().map(|device| Limits::of(device).unwrap()) {
+            // The ladder's plans, and the checked-in table's for the profile where it has one.
+            let table = TuningTable::builtin(&limits.device);
+            let choices = [Choice::Table(None), Choice::Table(table.as_ref())];
             for &(figure, rows, cols, dtype) in &runs {
                 for (problem, family) in calls(rows, cols, dtype, &limits.device) {
                     classes.insert(class_index(problem.spec.class));
-                    outside.extend(check_call(problem, family, &limits, figure).err());
+                    outside.extend(check_call(problem, family, &limits, figure, &choices).err());
                 }
             }
         }
         assert_eq!(classes.len(), class_index(OpClass::Fused) + 1, "{classes:?}");
         assert!(outside.is_empty(), "{} plans outside the enumeration:\n{}", outside.len(), outside.join("\n"));
+    }
+
+    #[test]
+    fn every_setting_of_the_knobs_that_fits_a_sweep_call_is_enumerated() {
+        let choices: Vec<_> = Knobs::all().into_iter().map(Choice::Knobs).collect();
+        let mut outside = Vec::new();
+        for device in [profiles::h100_sxm(), profiles::h200(), profiles::a100_80gb_sxm(), profiles::l40s()] {
+            let limits = Limits::of(device).unwrap();
+            for (rows, cols) in [(49152, 256), (49152, 1024), (49152, 4096), (49152, 32768), (4096, 50257), (8, 8192)] {
+                for dtype in [DType::F32, DType::BF16] {
+                    for (problem, family) in calls(rows, cols, dtype, &limits.device) {
+                        outside.extend(check_call(problem, family, &limits, ASSUMED_REGISTERS, &choices).err());
+                    }
+                }
+            }
+        }
+        assert!(outside.is_empty(), "{} plans outside the enumeration:\n{}", outside.len(), outside.join("\n"));
+    }
+
+    #[test]
+    fn the_checked_in_tables_parse_and_every_entry_fits_a_call_of_its_bucket_on_its_gpu() {
+        for (file, text) in tuning::builtin_texts() {
+            let table = TuningTable::parse(text).unwrap_or_else(|error| panic!("{file}: {error}"));
+            let device = profiles::all().into_iter().find(|device| device.name == table.gpu);
+            let device = device.unwrap_or_else(|| panic!("{file}: no profile of a {}", table.gpu));
+            assert_eq!(device.compute_capability, table.compute_capability, "{file}");
+            let limits = Limits::of(device).unwrap();
+            for entry in &table.entries {
+                let pattern = &entry.pattern;
+                let what = || format!("{file}: {pattern:?} {}", entry.knobs);
+                // The tuner names every field but the rows of its sweep's calls.
+                let (Some(class), Some(bits), Some(bound), Some(alignment)) =
+                    (&pattern.class, pattern.bits, pattern.cols, pattern.alignment)
+                else {
+                    panic!("{}", what());
+                };
+                assert_ne!(bound, WIDER, "{}", what());
+                let cols = if alignment == Alignment::Aligned { bound } else { bound - 1 } as usize;
+                let rows = match pattern.rows {
+                    Some(RowsBucket::Few) => 8,
+                    _ if cols > 32768 => 4096,
+                    _ => 49152,
+                };
+                let dtype = if bits == 32 { DType::F32 } else { DType::BF16 };
+                let fits = calls(rows, cols, dtype, &limits.device).into_iter().any(|(problem, family)| {
+                    problem.spec.tuning_class() == class
+                        && Alignment::of(&problem) == alignment
+                        && planned(problem, family, &limits, ASSUMED_REGISTERS, Choice::Knobs(entry.knobs)).is_some()
+                });
+                assert!(fits, "{}", what());
+            }
+        }
     }
 
     #[test]

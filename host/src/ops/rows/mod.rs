@@ -1,11 +1,13 @@
 //! What the row-wise ops (softmax, the norms) share on the host: shape checks, the pack
-//! choice, and one launch routine that plans a path ([`dispatch::plan`]) and runs it (or,
-//! for the ops' `plan_only`, returns the plan).
+//! choice, and one launch routine that plans a path ([`choose::plan`], from the GPU's
+//! tuning table or the ladder) and runs it (or, for the ops' `plan_only`, returns the plan).
 
+pub mod choose;
 pub mod dispatch;
 pub mod enumerate;
 pub mod profiles;
 pub mod spec;
+pub mod tuning;
 
 use crate::Stream;
 use crate::error::{Error, Result, invalid};
@@ -13,7 +15,7 @@ use crate::gpu::Owner;
 use crate::launch::{LaunchConfig, Tally, active_clusters, count, launch};
 use crate::module::{Attributes, Kernel, KernelKey};
 use crate::tensor::{Element, View};
-use dispatch::{Occupancies, Problem, RESERVED_SHARED_BYTES, plan, rows_ahead};
+use dispatch::{Occupancies, Problem, RESERVED_SHARED_BYTES, rows_ahead};
 pub use dispatch::{Path, PathKind, Plan};
 use foldhash::HashMap;
 use rill_kernels_gpu::abi::DType;
@@ -24,7 +26,8 @@ use rill_kernels_gpu::layout::column_gather_bytes;
 use rill_kernels_gpu::table::{NormKernelKind, RowPath, SoftmaxKind};
 use smallvec::SmallVec;
 pub use spec::{OpClass, RowSpec};
-use std::sync::{LazyLock, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use tuning::TuningTable;
 
 /// Rows and columns of a tensor normalized over its last axis.
 pub(crate) fn rows_cols(op: &str, shape: &[usize]) -> Result<(usize, usize)> {
@@ -202,6 +205,61 @@ impl RowPlans {
     }
 }
 
+impl RowPlans {
+    /// Forgets every plan: a GPU's tuning table changed.
+    fn forget(&self) {
+        self.plans.lock().unwrap_or_else(PoisonError::into_inner).clear();
+    }
+}
+
+/// Each GPU's tuning table, by its [`Owner`]: chosen at its first row call
+/// ([`default_table`]) unless [`set_tuning_table`] chose first. `None`: the ladder plans
+/// every call.
+static TABLES: LazyLock<Mutex<HashMap<Owner, Option<Arc<TuningTable>>>>> = LazyLock::new(Default::default);
+
+/// The table a GPU's row calls are planned by unless its user sets one: the file
+/// `RILL_TUNING_TABLE` names, none where it says `ladder`, else the checked-in table for the
+/// device ([`TuningTable::builtin`]). Read once a process; an error says what is wrong with
+/// the file.
+fn default_table(device: &crate::DeviceInfo) -> Result<Option<Arc<TuningTable>>> {
+    static FROM_ENVIRONMENT: LazyLock<Result<Option<Option<Arc<TuningTable>>>, String>> = LazyLock::new(|| {
+        let Some(path) = std::env::var_os("RILL_TUNING_TABLE") else {
+            return Ok(None);
+        };
+        if path == "ladder" {
+            return Ok(Some(None));
+        }
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let table = TuningTable::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(Some(Some(Arc::new(table))))
+    });
+    match &*FROM_ENVIRONMENT {
+        Ok(Some(table)) => Ok(table.clone()),
+        Ok(None) => Ok(TuningTable::builtin(device).map(Arc::new)),
+        Err(error) => Err(Error::InvalidInput(format!("RILL_TUNING_TABLE={error}"))),
+    }
+}
+
+/// The tuning table `gpu`'s row calls are planned by; `None` where the ladder plans them.
+pub fn tuning_table(gpu: &crate::Gpu) -> Result<Option<Arc<TuningTable>>> {
+    let mut tables = TABLES.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(table) = tables.get(&gpu.owner()) {
+        return Ok(table.clone());
+    }
+    let table = default_table(gpu.info())?;
+    tables.insert(gpu.owner(), table.clone());
+    Ok(table)
+}
+
+/// Plans `gpu`'s row calls by `table` from now on (`None`: by the ladder alone), instead of
+/// the checked-in table for the device or the one `RILL_TUNING_TABLE` names. Plans made
+/// before are forgotten. A table's entries need not fit the device: where an entry's plan
+/// does not fit a call, the ladder plans it.
+pub fn set_tuning_table(gpu: &crate::Gpu, table: Option<TuningTable>) {
+    TABLES.lock().unwrap_or_else(PoisonError::into_inner).insert(gpu.owner(), table.map(Arc::new));
+    REMEMBERED.forget();
+}
+
 /// (address, element bytes) of a row call's arrays, inline up to the six rill's own ops
 /// pass, so a call allocates nothing for them (a user's fused kernels with more spill to
 /// the heap).
@@ -286,11 +344,6 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             launch,
             stream,
         }
-    }
-
-    /// The widest row the planner gives the warp path for this op.
-    pub(crate) fn warp_max_cols(&self) -> usize {
-        dispatch::warp_max_cols(&self.spec)
     }
 
     /// Whether the row length and every array allow the widest pack.
@@ -406,7 +459,9 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             threads(Path::Uncached { block: 0 })?.min(threads(Path::Shared { block: 0, shared_bytes: 0 })?)
         };
         let problem = Problem { block_limit, ..*problem };
-        let mut plan = plan(&problem, gpu.info(), Occupancies { shared: &shared, cluster: &cluster })?;
+        let occupancy = Occupancies { shared: &shared, cluster: &cluster };
+        let table = tuning_table(gpu)?;
+        let (mut plan, ahead) = choose::plan(&problem, gpu.info(), occupancy, table.as_deref())?;
         let kernel = match (kernel_for(&plan), ungathered) {
             // The gathering kernels have none on the path planned (the op's estimate of where
             // they run did not hold on this device): planned again with kernels that gather
@@ -453,7 +508,9 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             Path::Warp { .. } if gathered_bytes > 0 => Some(sums_attributes),
             _ => None,
         };
-        plan.ahead = rows_ahead(&problem, &plan, gpu.info(), || blocks_an_sm(plan.block()))?;
+        if ahead {
+            plan.ahead = rows_ahead(&problem, &plan, gpu.info(), || blocks_an_sm(plan.block()))?;
+        }
         let config = LaunchConfig {
             grid: plan.grid,
             block: plan.block(),

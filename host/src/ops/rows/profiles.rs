@@ -4,7 +4,7 @@
 //! Specifications per Compute Capability", and each GPU's data sheet); a figure a live
 //! driver reports instead is named where it is used. Facts only: nothing here prefers a
 //! plan.
-#![cfg_attr(not(test), allow(dead_code))] // Only tests read the profiles until the tuner lands.
+#![cfg_attr(not(test), allow(dead_code))] // Only tests read the profiles.
 
 use super::dispatch::{RESERVED_SHARED_BYTES, SHARED_ALLOCATION_BYTES};
 use crate::DeviceInfo;
@@ -98,9 +98,9 @@ pub const fn arch_limits(cc: (u32, u32)) -> Option<ArchLimits> {
     }
 }
 
-/// A GPU that is not here: its product facts (`multiprocessors`, L2, the DRAM's peak
-/// bandwidth) and its capability's per-SM limits, as a driver would report them. No driver
-/// stands behind it (`driver_api` 0.0).
+/// A GPU that is not here, named as its driver names it: its product facts
+/// (`multiprocessors`, L2, the DRAM's peak bandwidth) and its capability's per-SM limits, as
+/// a driver would report them. No driver stands behind it (`driver_api` 0.0).
 fn profile(
     name: &str,
     arch: ArchLimits,
@@ -127,28 +127,28 @@ const MB: u32 = 1 << 20;
 
 /// The H100 SXM5 80 GB: 132 SMs, 50 MB of L2, HBM3 at 3.35 TB/s.
 pub fn h100_sxm() -> DeviceInfo {
-    profile("H100 SXM (offline profile)", SM_90, 132, 50 * MB, 3_350_000_000_000)
+    profile("NVIDIA H100 80GB HBM3", SM_90, 132, 50 * MB, 3_350_000_000_000)
 }
 
 /// The H200 SXM 141 GB: the H100's 132 SMs, HBM3e at 4.8 TB/s. Its L2 is the 50 MB its
 /// driver reports (the data sheet gives none; the GH100 die has 60 MB, not all enabled).
 pub fn h200() -> DeviceInfo {
-    profile("H200 (offline profile)", SM_90, 132, 50 * MB, 4_800_000_000_000)
+    profile("NVIDIA H200", SM_90, 132, 50 * MB, 4_800_000_000_000)
 }
 
 /// The A100 SXM4 80 GB: 108 SMs, 40 MB of L2, HBM2e at 2.039 TB/s.
 pub fn a100_80gb_sxm() -> DeviceInfo {
-    profile("A100 80GB SXM (offline profile)", SM_80, 108, 40 * MB, 2_039_000_000_000)
+    profile("NVIDIA A100-SXM4-80GB", SM_80, 108, 40 * MB, 2_039_000_000_000)
 }
 
 /// The L40S: 142 SMs, 96 MB of L2, GDDR6 at 864 GB/s.
 pub fn l40s() -> DeviceInfo {
-    profile("L40S (offline profile)", SM_89, 142, 96 * MB, 864_000_000_000)
+    profile("NVIDIA L40S", SM_89, 142, 96 * MB, 864_000_000_000)
 }
 
 /// The GeForce RTX 4090: 128 SMs, 72 MB of L2, GDDR6X at 1008 GB/s.
 pub fn rtx_4090() -> DeviceInfo {
-    profile("RTX 4090 (offline profile)", SM_89, 128, 72 * MB, 1_008_000_000_000)
+    profile("NVIDIA GeForce RTX 4090", SM_89, 128, 72 * MB, 1_008_000_000_000)
 }
 
 /// Every offline profile.

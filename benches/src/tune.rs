@@ -1,0 +1,313 @@
+//! `rill-bench --tune`: the tuning table of the GPU at hand (`rill::tuning`). For each op
+//! class, dtype (f32, and bf16 for the 16-bit rows) and width bucket, it runs the class's op
+//! at the bucket's bound over the sweep's rows (49152, 4096 past 32768 columns), and from
+//! 2048 columns also at one column fewer (rows run from their heads, or unaligned) and over
+//! 8 rows. Each setting of the knobs ([`Knobs::all`]) is fitted to the call (a planned call
+//! launches nothing); each distinct plan they give is timed (median of CUDA-event batches,
+//! inputs rotated past L2), and so is the ladder's. The bucket's entry is the fastest plan's
+//! knobs, or the ladder's where it is within [`LADDER_MARGIN`] of the fastest: a table
+//! then differs from the ladder only where the measurement says it pays.
+
+use crate::measure::Bench;
+use half::bf16;
+use rill::norm::{Backward, Forward, Norm, NormKind};
+use rill::softmax::{PathKind, Plan, Softmax};
+use rill::tuning::{
+    Alignment, Bucket, Entry, FEW_ROWS, Knobs, Pattern, RowsBucket, TuningTable, WIDTH_BUCKETS, width_bucket,
+};
+use rill::{Element, Stream, Tensor};
+use rill_example_fused_dequant_softmax::DequantKernels;
+use std::cell::RefCell;
+use std::collections::HashSet;
+
+/// How much slower than the fastest plan the ladder's may be and still be the entry.
+const LADDER_MARGIN: f64 = 0.01;
+
+/// Narrowest bucket tuned at odd widths and few rows: narrower rows take the warp path,
+/// whose plans the ladder's already are at any alignment and row count.
+const ODD_FROM: u64 = 2048;
+
+/// Rows of the few-rows calls.
+const FEW: usize = 8;
+
+/// Each class a table names and the op that stands for it.
+const CLASSES: [(&str, &str); 12] = [
+    ("softmax", "softmax"),
+    ("masked_softmax", "scaled_masked_softmax"),
+    ("causal_softmax", "scaled_causal_softmax"),
+    ("softmax_backward", "softmax_backward"),
+    ("row_statistics", "cross_entropy"),
+    ("cross_entropy_backward", "cross_entropy_backward"),
+    ("norm", "rms_norm"),
+    ("add_norm", "add_rms_norm"),
+    ("norm_backward", "rms_norm_backward"),
+    ("norm_backward_dw", "rms_norm_backward+params"),
+    ("norm_backward_dw_db", "layer_norm_backward+params"),
+    ("fused", "fused_dequant_softmax"),
+];
+
+/// One measured bucket, for the summary.
+struct Tuned {
+    bucket: Bucket,
+    knobs: Knobs,
+    ladder_micros: f64,
+    best_micros: f64,
+}
+
+/// Tunes every class `bench`'s filter selects (by class or op name) in the dtypes `dtype`
+/// allows; returns the table.
+pub fn run(bench: &mut Bench, dtype: Option<&str>) -> rill::Result<TuningTable> {
+    let info = bench.gpu.info().clone();
+    let mut table =
+        TuningTable { gpu: info.name.clone(), compute_capability: info.compute_capability, ..Default::default() };
+    let classes: Vec<_> = CLASSES.into_iter().filter(|&(class, op)| bench.wants(class, op)).collect();
+    let dequant = DequantKernels::load(&bench.gpu)?;
+    let mut tuned = Vec::new();
+    if dtype.is_none_or(|d| d == "f32") {
+        tuned.extend(tune_dtype::<f32>(bench, &classes, None)?);
+    }
+    if dtype.is_none_or(|d| d == "bf16") {
+        tuned.extend(tune_dtype::<bf16>(bench, &classes, Some(&dequant))?);
+    }
+    eprintln!();
+    println!(
+        "{:<24} {:>6} {:>7} {:>5} {:<10} {:>11} {:>11} {:>6}  plan",
+        "class", "dtype", "cols", "rows", "alignment", "ladder(us)", "best(us)", "gain"
+    );
+    for t in &tuned {
+        let Bucket { class, bits, cols, rows, alignment } = t.bucket;
+        println!(
+            "{class:<24} {bits:>5}b {cols:>7} {:>5} {:<10} {:>11.2} {:>11.2} {:>6.3}  {}",
+            format!("{rows:?}").to_lowercase(),
+            format!("{alignment:?}").to_lowercase(),
+            t.ladder_micros,
+            t.best_micros,
+            t.ladder_micros / t.best_micros,
+            t.knobs
+        );
+        table.entries.push(Entry { pattern: pattern(&t.bucket), knobs: t.knobs });
+    }
+    Ok(table)
+}
+
+/// Every bucket of `classes` in dtype `T` (the fused class where `dequant` is given).
+fn tune_dtype<T: Element>(
+    bench: &mut Bench,
+    classes: &[(&'static str, &'static str)],
+    dequant: Option<&DequantKernels>,
+) -> rill::Result<Vec<Tuned>> {
+    let mut tuned = Vec::new();
+    let mut shapes = Vec::new();
+    for bound in WIDTH_BUCKETS {
+        let cols = bound as usize;
+        let rows = if cols > 32768 { 4096 } else { 49152 };
+        shapes.push((rows, cols));
+        if bound >= ODD_FROM {
+            shapes.extend([(rows, cols - 1), (FEW, cols)]);
+        }
+    }
+    bench.plan(shapes.len() * classes.len());
+    for (rows, cols) in shapes {
+        let calls = Calls::<T>::new(bench, rows, cols, dequant)?;
+        for &(class, op) in classes {
+            if op.starts_with("fused") && dequant.is_none() {
+                continue;
+            }
+            tuned.push(tune_bucket(bench, &calls, class, op)?);
+        }
+    }
+    Ok(tuned)
+}
+
+/// The entry's pattern for a tuned bucket: exactly the bucket, but the sweep's rows stand for
+/// every row count a few-rows entry does not cover.
+fn pattern(bucket: &Bucket) -> Pattern {
+    let exact = Pattern::exactly(bucket);
+    match bucket.rows {
+        RowsBucket::Many => Pattern { rows: None, ..exact },
+        RowsBucket::Few => exact,
+    }
+}
+
+/// Times the ladder's plan and every distinct plan the knobs give for `op` over `calls`
+/// (few rows: no caps on blocks an SM, which a grid of fewer blocks than SMs never meets).
+fn tune_bucket<T: Element>(
+    bench: &mut Bench,
+    calls: &Calls<'_, T>,
+    class: &'static str,
+    op: &'static str,
+) -> rill::Result<Tuned> {
+    let (rows, cols) = (calls.rows, calls.cols);
+    rill::tuning::set_tuning_table(&bench.gpu, None);
+    let ladder = calls.launch(&bench.stream, op, 0, true)?;
+    let ladder_micros = calls.time(bench, op)?;
+    let mut seen = HashSet::from([format!("{ladder:?}")]);
+    let (mut best_micros, mut best) = (ladder_micros, Knobs::of(&ladder, None));
+    let mut alignment = None;
+    let capped = |knobs: &Knobs| matches!(knobs, Knobs::Shared { most_blocks_an_sm: Some(_), .. });
+    for knobs in Knobs::all().into_iter().filter(|knobs| rows > FEW_ROWS || !capped(knobs)) {
+        rill::tuning::set_tuning_table(&bench.gpu, Some(TuningTable::uniform(knobs)));
+        let plan = calls.launch(&bench.stream, op, 0, true)?;
+        if plan.kind() != PathKind::Warp {
+            alignment.get_or_insert(Alignment::of_block_plan(&plan));
+        }
+        if !seen.insert(format!("{plan:?}")) {
+            continue;
+        }
+        let micros = calls.time(bench, op)?;
+        if micros < best_micros {
+            (best_micros, best) = (micros, knobs);
+        }
+    }
+    rill::tuning::set_tuning_table(&bench.gpu, None);
+    let knobs = if ladder_micros <= best_micros * (1.0 + LADDER_MARGIN) { Knobs::of(&ladder, None) } else { best };
+    // Rows in the widest pack are aligned; others as the block paths' plans ran them.
+    let alignment = match (cols.is_multiple_of(16 / size_of::<T>()), alignment) {
+        (true, _) => Alignment::Aligned,
+        (false, Some(found)) => found,
+        (false, None) => Alignment::Unaligned,
+    };
+    let bits = 8 * size_of::<T>() as u32;
+    let bucket = Bucket { class, bits, cols: width_bucket(cols), rows: RowsBucket::of(rows), alignment };
+    let shape = [rows, cols];
+    bench.record::<T>(&format!("tune/{class}"), &shape, &knobs.to_string(), 0, best_micros, None);
+    Ok(Tuned { bucket, knobs, ladder_micros, best_micros })
+}
+
+/// The arrays every class's op reads and writes over `rows x cols` of `T`, `sets` of those
+/// that are `rows x cols`, zeroed: values do not change how long a memory-bound op takes.
+struct Calls<'a, T: Element> {
+    rows: usize,
+    cols: usize,
+    sets: usize,
+    xs: Vec<Tensor<T>>,
+    seconds: Vec<Tensor<T>>,
+    ys: Vec<RefCell<Tensor<T>>>,
+    sums: Vec<RefCell<Tensor<T>>>,
+    mask: Tensor<T>,
+    target: Tensor<i64>,
+    loss: RefCell<Tensor<f32>>,
+    dloss: Tensor<f32>,
+    weight: Tensor<T>,
+    dweight: RefCell<Tensor<T>>,
+    dbias: RefCell<Tensor<T>>,
+    mean: Tensor<f32>,
+    rstd: Tensor<f32>,
+    fused: Option<Fused<'a>>,
+}
+
+/// The fused class's kernels and arrays: int8 logits in, bf16 out.
+struct Fused<'a> {
+    kernels: &'a DequantKernels,
+    quantized: Vec<Tensor<i8>>,
+    scale: Tensor<f32>,
+    bias: Tensor<bf16>,
+    outs: Vec<RefCell<Tensor<bf16>>>,
+}
+
+impl<'a, T: Element> Calls<'a, T> {
+    fn new(bench: &Bench, rows: usize, cols: usize, dequant: Option<&'a DequantKernels>) -> rill::Result<Self> {
+        let (gpu, shape) = (&bench.gpu, [rows, cols]);
+        let sets = bench.buffer_sets(4 * rows * cols * size_of::<T>());
+        let cells =
+            || -> rill::Result<Vec<_>> { Ok(bench.zeros(sets, &shape)?.into_iter().map(RefCell::new).collect()) };
+        let target: Vec<i64> = (0..rows).map(|r| (r * 7919 % cols) as i64).collect();
+        let fused = match dequant {
+            Some(kernels) => Some(Fused {
+                kernels,
+                quantized: bench.zeros(sets, &shape)?,
+                scale: Tensor::from_slice(gpu, &vec![0.01f32; rows], &[rows])?,
+                bias: Tensor::zeros(gpu, &[cols])?,
+                outs: bench.zeros(sets, &shape)?.into_iter().map(RefCell::new).collect(),
+            }),
+            None => None,
+        };
+        Ok(Calls {
+            rows,
+            cols,
+            sets,
+            xs: bench.zeros(sets, &shape)?,
+            seconds: bench.zeros(sets, &shape)?,
+            ys: cells()?,
+            sums: cells()?,
+            mask: Tensor::zeros(gpu, &[1, cols])?,
+            target: Tensor::from_slice(gpu, &target, &[rows])?,
+            loss: Tensor::zeros(gpu, &[rows])?.into(),
+            dloss: Tensor::from_slice(gpu, &vec![1.0f32; rows], &[rows])?,
+            weight: Tensor::from_slice(gpu, &vec![T::from_f64(1.0); cols], &[cols])?,
+            dweight: Tensor::zeros(gpu, &[cols])?.into(),
+            dbias: Tensor::zeros(gpu, &[cols])?.into(),
+            mean: Tensor::zeros(gpu, &[rows])?,
+            rstd: Tensor::from_slice(gpu, &vec![1.0f32; rows], &[rows])?,
+            fused,
+        })
+    }
+
+    /// Median time of `op` by the table set now, in microseconds.
+    fn time(&self, bench: &mut Bench, op: &str) -> rill::Result<f64> {
+        let bytes = 3 * self.rows * self.cols * size_of::<T>();
+        let (micros, _) = bench.time_batches(self.sets, bytes, TIMED_BATCHES, BATCH_SECONDS, |stream, set| {
+            self.launch(stream, op, set, false)
+        })?;
+        Ok(micros)
+    }
+
+    /// `op` over buffer set `set`, planned and launched (planned only where `plan_only`, but
+    /// for the fused class, whose kernels always launch); returns its plan.
+    fn launch(&self, stream: &Stream, op: &str, set: usize, plan_only: bool) -> rill::Result<Plan> {
+        let softmax = if plan_only { Softmax::new().plan_only() } else { Softmax::new() };
+        let norm = if plan_only { Norm::new().plan_only() } else { Norm::new() };
+        let (x, second, rstd) = (&self.xs[set], &self.seconds[set], &self.rstd);
+        let (y, sum) = (&mut *self.ys[set].borrow_mut(), &mut *self.sums[set].borrow_mut());
+        let (rows, cols) = (self.rows, self.cols);
+        let weight = &self.weight;
+        match op {
+            "softmax" => softmax.forward(stream, x, y, false),
+            "softmax_backward" => softmax.backward(stream, x, second, y, false),
+            "scaled_masked_softmax" => softmax.scale_mask(stream, x, &self.mask, 0.125, y),
+            "scaled_causal_softmax" => {
+                let q = queries(rows, cols);
+                let x = x.view().reshape(&[rows / q, q, cols])?;
+                softmax.causal(stream, &x, 0.125, &mut y.view_mut().reshape(&[rows / q, q, cols])?)
+            }
+            "cross_entropy" => softmax.cross_entropy(stream, x, &self.target, &mut *self.loss.borrow_mut()),
+            "cross_entropy_backward" => softmax.cross_entropy_backward(stream, x, &self.target, &self.dloss, y),
+            "rms_norm" => norm.forward(stream, NormKind::RmsNorm, 1e-6, Forward::new(x, y).weight(weight)),
+            "add_rms_norm" => {
+                let call = Forward::new(x, y).weight(weight).residual(second, sum);
+                norm.forward(stream, NormKind::RmsNorm, 1e-6, call)
+            }
+            "rms_norm_backward" => {
+                norm.backward(stream, NormKind::RmsNorm, Backward::new(x, second, rstd, sum).weight(weight))
+            }
+            "rms_norm_backward+params" => {
+                let call = Backward::new(x, second, rstd, sum).weight(weight);
+                norm.backward(stream, NormKind::RmsNorm, call.dweight(&mut *self.dweight.borrow_mut()))
+            }
+            "layer_norm_backward+params" => {
+                let call = Backward::new(x, second, rstd, sum).weight(weight).mean(&self.mean);
+                let (dweight, dbias) = (&mut *self.dweight.borrow_mut(), &mut *self.dbias.borrow_mut());
+                norm.backward(stream, NormKind::LayerNorm, call.dweight(dweight).dbias(dbias))
+            }
+            _ => {
+                let Fused { kernels, quantized, scale, bias, outs } =
+                    self.fused.as_ref().expect("the fused class is tuned in bf16 alone");
+                kernels.dequant_softmax(stream, &quantized[set], scale, bias, &mut *outs[set].borrow_mut())
+            }
+        }
+    }
+}
+
+/// Batches a candidate is timed in, and how long each runs: enough for a median that ranks
+/// plans apart by a percent, few enough that a GPU's table takes minutes.
+const TIMED_BATCHES: usize = 5;
+const BATCH_SECONDS: f64 = 0.5e-3;
+
+/// Queries per batch for the causal view `[rows / q, q, cols]` (as the sweep's).
+fn queries(rows: usize, cols: usize) -> usize {
+    let mut q = 1;
+    while rows.is_multiple_of(2 * q) && 2 * q <= cols {
+        q *= 2;
+    }
+    q
+}
