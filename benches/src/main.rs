@@ -205,8 +205,7 @@ fn run(gpu: Gpu, options: &Options) -> Result<(), Box<dyn Error>> {
         return Ok(());
     }
     if let Some(path) = &options.tune {
-        let table = tune::run(&mut bench, options.dtype.as_deref())?;
-        write(path, &table.to_string())?;
+        let table = tune::run(&mut bench, options.dtype.as_deref(), path)?;
         println!("tuning table: {} entries written to {}", table.entries.len(), path.display());
         return Ok(());
     }

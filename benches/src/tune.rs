@@ -19,6 +19,8 @@ use rill::{Element, Stream, Tensor};
 use rill_example_fused_dequant_softmax::DequantKernels;
 use std::cell::RefCell;
 use std::collections::HashSet;
+use std::error::Error;
+use std::path::Path;
 
 /// How much slower than the fastest plan the ladder's may be and still be the entry.
 const LADDER_MARGIN: f64 = 0.01;
@@ -55,19 +57,26 @@ struct Tuned {
 }
 
 /// Tunes every class `bench`'s filter selects (by class or op name) in the dtypes `dtype`
-/// allows; returns the table.
-pub fn run(bench: &mut Bench, dtype: Option<&str>) -> rill::Result<TuningTable> {
+/// allows, writing the table to `out` as each bucket is tuned (a run cut short leaves the
+/// buckets done); returns the table.
+pub fn run(bench: &mut Bench, dtype: Option<&str>, out: &Path) -> Result<TuningTable, Box<dyn Error>> {
     let info = bench.gpu.info().clone();
     let mut table =
         TuningTable { gpu: info.name.clone(), compute_capability: info.compute_capability, ..Default::default() };
     let classes: Vec<_> = CLASSES.into_iter().filter(|&(class, op)| bench.wants(class, op)).collect();
     let dequant = DequantKernels::load(&bench.gpu)?;
     let mut tuned = Vec::new();
+    let mut done = |t: Tuned| -> Result<(), Box<dyn Error>> {
+        table.entries.push(Entry { pattern: pattern(&t.bucket), knobs: t.knobs });
+        crate::write(out, &table.to_string())?;
+        tuned.push(t);
+        Ok(())
+    };
     if dtype.is_none_or(|d| d == "f32") {
-        tuned.extend(tune_dtype::<f32>(bench, &classes, None)?);
+        tune_dtype::<f32>(bench, &classes, None, &mut done)?;
     }
     if dtype.is_none_or(|d| d == "bf16") {
-        tuned.extend(tune_dtype::<bf16>(bench, &classes, Some(&dequant))?);
+        tune_dtype::<bf16>(bench, &classes, Some(&dequant), &mut done)?;
     }
     eprintln!();
     println!(
@@ -85,18 +94,18 @@ pub fn run(bench: &mut Bench, dtype: Option<&str>) -> rill::Result<TuningTable> 
             t.ladder_micros / t.best_micros,
             t.knobs
         );
-        table.entries.push(Entry { pattern: pattern(&t.bucket), knobs: t.knobs });
     }
     Ok(table)
 }
 
-/// Every bucket of `classes` in dtype `T` (the fused class where `dequant` is given).
+/// Every bucket of `classes` in dtype `T` (the fused class where `dequant` is given), each
+/// handed to `done` as it is tuned.
 fn tune_dtype<T: Element>(
     bench: &mut Bench,
     classes: &[(&'static str, &'static str)],
     dequant: Option<&DequantKernels>,
-) -> rill::Result<Vec<Tuned>> {
-    let mut tuned = Vec::new();
+    done: &mut impl FnMut(Tuned) -> Result<(), Box<dyn Error>>,
+) -> Result<(), Box<dyn Error>> {
     let mut shapes = Vec::new();
     for bound in WIDTH_BUCKETS {
         let cols = bound as usize;
@@ -113,10 +122,10 @@ fn tune_dtype<T: Element>(
             if op.starts_with("fused") && dequant.is_none() {
                 continue;
             }
-            tuned.push(tune_bucket(bench, &calls, class, op)?);
+            done(tune_bucket(bench, &calls, class, op)?)?;
         }
     }
-    Ok(tuned)
+    Ok(())
 }
 
 /// The entry's pattern for a tuned bucket: exactly the bucket, but the sweep's rows stand for
