@@ -45,7 +45,7 @@ const CLASSES: [(&str, &str); 12] = [
     ("norm_backward", "rms_norm_backward"),
     ("norm_backward_dw", "rms_norm_backward+params"),
     ("norm_backward_dw_db", "layer_norm_backward+params"),
-    ("fused", "fused_dequant_softmax"),
+    ("fused_transforming", "fused_dequant_softmax"),
 ];
 
 /// One measured bucket, for the summary.

@@ -323,9 +323,7 @@ pub(crate) fn spec(kind: SoftmaxKind, bytes: u32) -> RowSpec {
         },
         // x cached as it is, the mask added on every read of the cache (the f32 clusters
         // cache the sum, in as many bytes).
-        SoftmaxKind::ScaleMask => {
-            RowSpec { cache_transformed: true, cache_reads_memory: true, ..rows(OpClass::MaskedSoftmax) }
-        }
+        SoftmaxKind::ScaleMask => RowSpec { cache_transformed: true, ..rows(OpClass::MaskedSoftmax) },
         SoftmaxKind::Causal => rows(OpClass::CausalSoftmax),
         SoftmaxKind::CrossEntropy | SoftmaxKind::LogSumExp => {
             RowSpec { reads_once: true, ..rows(OpClass::RowStatistics) }

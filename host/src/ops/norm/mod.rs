@@ -84,7 +84,6 @@ pub(crate) fn forward_spec(class: OpClass, x_bytes: u32, y_bytes: u32) -> RowSpe
 pub(crate) fn backward_spec(x_bytes: u32, weight: Option<(u32, u32)>) -> RowSpec {
     RowSpec {
         cache_bytes_per_col: 2 * x_bytes,
-        passes_column_bytes: weight.map_or(0, |(bytes, _)| bytes),
         column_bytes: weight.map_or(0, |(_, row_bytes)| row_bytes),
         runs_from_heads: true,
         ..RowSpec::rows_of(OpClass::NormBackward, x_bytes)

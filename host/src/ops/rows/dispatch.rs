@@ -776,7 +776,6 @@ pub(super) mod tests {
         let phased = with(Problem { block_pack: 8, force: Some(PathKind::Cluster), ..problem(5, 65536, 1) }, |s| {
             s.cache_bytes_per_col = 4;
             s.column_sums = 1;
-            s.passes_column_bytes = 4;
         });
         let Path::Cluster { cluster, shared_bytes, .. } = plan(&phased, &device, OCCUPANCY).unwrap().path else {
             panic!("not a cluster plan");

@@ -298,8 +298,9 @@ const BUILTIN: [(&str, &str); 1] = [("tuning/h100-sxm.table", include_str!("../.
 
 /// The op classes a table may name: the ops' classes, the norm backward with parameter
 /// gradients told apart by the sums it gathers (`norm_backward_dw` for RMSNorm's dweight,
-/// `norm_backward_dw_db` for LayerNorm's dweight and dbias).
-pub const CLASSES: [&str; 12] = [
+/// `norm_backward_dw_db` for LayerNorm's dweight and dbias), and a user's fused family told
+/// apart by whether its load transforms every cached read (`fused_transforming`).
+pub const CLASSES: [&str; 13] = [
     "softmax",
     "masked_softmax",
     "causal_softmax",
@@ -312,6 +313,7 @@ pub const CLASSES: [&str; 12] = [
     "norm_backward_dw",
     "norm_backward_dw_db",
     "fused",
+    "fused_transforming",
 ];
 
 impl TuningTable {
@@ -443,7 +445,8 @@ pub(super) fn builtin_texts() -> impl Iterator<Item = (&'static str, &'static st
 impl RowSpec {
     /// The op's class as tuning tables name it ([`CLASSES`]): its [`super::spec::OpClass`],
     /// the norm backward with parameter gradients told apart by the sums it gathers (one
-    /// for RMSNorm's dweight, two for LayerNorm's dweight and dbias).
+    /// for RMSNorm's dweight, two for LayerNorm's dweight and dbias), a user's fused family
+    /// by whether it transforms its cache.
     pub fn tuning_class(&self) -> &'static str {
         use super::spec::OpClass::*;
         match self.class {
@@ -458,6 +461,7 @@ impl RowSpec {
             NormBackward => "norm_backward",
             NormBackwardParams if self.column_sums > 1 => "norm_backward_dw_db",
             NormBackwardParams => "norm_backward_dw",
+            Fused if self.cache_transformed => "fused_transforming",
             Fused => "fused",
         }
     }
