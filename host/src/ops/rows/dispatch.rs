@@ -35,7 +35,8 @@ pub const BLOCK_SIZES: [u32; 5] = [128, 256, 384, 512, 1024];
 
 /// The shared path's smallest block, two warps, beside [`BLOCK_SIZES`]: twice the rows in
 /// flight an SM of blocks of 128, where a thread still takes two packs of a row of 1024
-/// columns (docs/DECISIONS.md, "Fewer blocks an SM and blocks of 64").
+/// columns (docs/DECISIONS.md, "Fewer blocks an SM and blocks of 64 for the 16-bit norm backward on
+/// fast DRAM").
 pub const SMALL_BLOCK: u32 = 64;
 
 /// Shared memory the driver reserves for itself in every block (sm_80 and later).
