@@ -156,16 +156,20 @@ fn tune_bucket<T: Element>(
     let capped = |knobs: &Knobs| matches!(knobs, Knobs::Shared { most_blocks_an_sm: Some(_), .. });
     for knobs in Knobs::all().into_iter().filter(|knobs| rows > FEW_ROWS || !capped(knobs)) {
         rill::tuning::set_tuning_table(&bench.gpu, Some(TuningTable::uniform(knobs)));
-        let plan = calls.launch(&bench.stream, op, 0, true)?;
-        if plan.kind() != PathKind::Warp {
-            alignment.get_or_insert(Alignment::of_block_plan(&plan));
-        }
-        if !seen.insert(format!("{plan:?}")) {
-            continue;
-        }
-        let micros = calls.time(bench, op)?;
-        if micros < best_micros {
-            (best_micros, best) = (micros, knobs);
+        // A plan the kernels refuse (an error with no launch) is no candidate: said, and passed.
+        let timed = calls.launch(&bench.stream, op, 0, true).and_then(|plan| {
+            if plan.kind() != PathKind::Warp {
+                alignment.get_or_insert(Alignment::of_block_plan(&plan));
+            }
+            match seen.insert(format!("{plan:?}")) {
+                true => calls.time(bench, op).map(Some),
+                false => Ok(None),
+            }
+        });
+        match timed {
+            Ok(Some(micros)) if micros < best_micros => (best_micros, best) = (micros, knobs),
+            Ok(_) => {}
+            Err(error) => eprintln!("\n{class} {rows} x {cols}, {knobs}: {error}"),
         }
     }
     rill::tuning::set_tuning_table(&bench.gpu, None);
@@ -254,7 +258,9 @@ impl<'a, T: Element> Calls<'a, T> {
 
     /// Median time of `op` by the table set now, in microseconds.
     fn time(&self, bench: &mut Bench, op: &str) -> rill::Result<f64> {
-        let bytes = 3 * self.rows * self.cols * size_of::<T>();
+        // Batches of at most a hundred or so launches: a few rows' launches are too short to
+        // time alone, and a batch of hundreds adds nothing to the ranking.
+        let bytes = (3 * self.rows * self.cols * size_of::<T>()).max(16 << 20);
         let (micros, _) = bench.time_batches(self.sets, bytes, TIMED_BATCHES, BATCH_SECONDS, |stream, set| {
             self.launch(stream, op, set, false)
         })?;
