@@ -4,29 +4,29 @@
 //! 2048 columns also at one column fewer (rows run from their heads, or unaligned) and over
 //! 8 rows. Each setting of the knobs ([`Knobs::all`]) is fitted to the call (a planned call
 //! launches nothing); each distinct plan they give is timed (median of CUDA-event batches,
-//! inputs rotated past L2), and so is the ladder's. The bucket's entry is the fastest plan's
-//! knobs, or the ladder's where it is within [`LADDER_MARGIN`] of the fastest: a table
-//! then differs from the ladder only where the measurement says it pays.
+//! inputs rotated past L2), and so is the plan the GPU takes without a table (its rules').
+//! The bucket's entry is the fastest plan's knobs, or the untuned plan's where it is within
+//! [`UNTUNED_MARGIN`] of the fastest: a table then differs from what the GPU ran before only
+//! where the measurement says it pays, and holds every bucket's plan.
 
 use crate::measure::Bench;
 use half::bf16;
 use rill::norm::{Backward, Forward, Norm, NormKind};
 use rill::softmax::{PathKind, Plan, Softmax};
-use rill::tuning::{
-    Alignment, Bucket, Entry, FEW_ROWS, Knobs, Pattern, RowsBucket, TuningTable, WIDTH_BUCKETS, width_bucket,
-};
+use rill::tuning::{Alignment, Bucket, FEW_ROWS, Knobs, Pattern, RowsBucket, TuningTable, WIDTH_BUCKETS, width_bucket};
 use rill::{Element, Stream, Tensor};
 use rill_example_fused_dequant_softmax::DequantKernels;
 use std::cell::RefCell;
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::error::Error;
 use std::path::Path;
 
-/// How much slower than the fastest plan the ladder's may be and still be the entry.
-const LADDER_MARGIN: f64 = 0.01;
+/// How much slower than the fastest plan the untuned one may be and still be the entry.
+const UNTUNED_MARGIN: f64 = 0.01;
 
-/// Narrowest bucket tuned at odd widths and few rows: narrower rows take the warp path,
-/// whose plans the ladder's already are at any alignment and row count.
+/// Narrowest bucket tuned at odd widths and few rows: narrower rows take the warp path at
+/// any alignment and row count, whose plans the fallback's are.
 const ODD_FROM: u64 = 2048;
 
 /// Rows of the few-rows calls.
@@ -52,7 +52,7 @@ const CLASSES: [(&str, &str); 12] = [
 struct Tuned {
     bucket: Bucket,
     knobs: Knobs,
-    ladder_micros: f64,
+    untuned_micros: f64,
     best_micros: f64,
 }
 
@@ -67,7 +67,7 @@ pub fn run(bench: &mut Bench, dtype: Option<&str>, out: &Path) -> Result<TuningT
     let dequant = DequantKernels::load(&bench.gpu)?;
     let mut tuned = Vec::new();
     let mut done = |t: Tuned| -> Result<(), Box<dyn Error>> {
-        table.entries.push(Entry { pattern: pattern(&t.bucket), knobs: t.knobs });
+        table.entries.push(rill::tuning::Entry { pattern: pattern(&t.bucket), knobs: t.knobs });
         crate::write(out, &table.to_string())?;
         tuned.push(t);
         Ok(())
@@ -81,7 +81,7 @@ pub fn run(bench: &mut Bench, dtype: Option<&str>, out: &Path) -> Result<TuningT
     eprintln!();
     println!(
         "{:<24} {:>6} {:>7} {:>5} {:<10} {:>11} {:>11} {:>6}  plan",
-        "class", "dtype", "cols", "rows", "alignment", "ladder(us)", "best(us)", "gain"
+        "class", "dtype", "cols", "rows", "alignment", "untuned(us)", "best(us)", "gain"
     );
     for t in &tuned {
         let Bucket { class, bits, cols, rows, alignment } = t.bucket;
@@ -89,9 +89,9 @@ pub fn run(bench: &mut Bench, dtype: Option<&str>, out: &Path) -> Result<TuningT
             "{class:<24} {bits:>5}b {cols:>7} {:>5} {:<10} {:>11.2} {:>11.2} {:>6.3}  {}",
             format!("{rows:?}").to_lowercase(),
             format!("{alignment:?}").to_lowercase(),
-            t.ladder_micros,
+            t.untuned_micros,
             t.best_micros,
-            t.ladder_micros / t.best_micros,
+            t.untuned_micros / t.best_micros,
             t.knobs
         );
     }
@@ -138,8 +138,9 @@ fn pattern(bucket: &Bucket) -> Pattern {
     }
 }
 
-/// Times the ladder's plan and every distinct plan the knobs give for `op` over `calls`
-/// (few rows: no caps on blocks an SM, which a grid of fewer blocks than SMs never meets).
+/// Times the plan the GPU takes without a table (its rules') and every distinct plan the
+/// knobs give for `op` over `calls` (few rows: no caps on blocks an SM, which a grid of
+/// fewer blocks than SMs never meets).
 fn tune_bucket<T: Element>(
     bench: &mut Bench,
     calls: &Calls<'_, T>,
@@ -148,10 +149,11 @@ fn tune_bucket<T: Element>(
 ) -> rill::Result<Tuned> {
     let (rows, cols) = (calls.rows, calls.cols);
     rill::tuning::set_tuning_table(&bench.gpu, None);
-    let ladder = calls.launch(&bench.stream, op, 0, true)?;
-    let ladder_micros = calls.time(bench, op)?;
-    let mut seen = HashSet::from([format!("{ladder:?}")]);
-    let (mut best_micros, mut best) = (ladder_micros, Knobs::of(&ladder, None));
+    let untuned = calls.launch(&bench.stream, op, 0, true)?;
+    let untuned_micros = calls.time(bench, op)?;
+    // Each plan timed, with the first knobs that gave it (none yet for the untuned one).
+    let mut seen: HashMap<String, Option<Knobs>> = HashMap::from([(format!("{untuned:?}"), None)]);
+    let (mut best_micros, mut best) = (f64::INFINITY, None);
     let mut alignment = None;
     let capped = |knobs: &Knobs| matches!(knobs, Knobs::Shared { most_blocks_an_sm: Some(_), .. });
     for knobs in Knobs::all().into_iter().filter(|knobs| rows > FEW_ROWS || !capped(knobs)) {
@@ -161,19 +163,32 @@ fn tune_bucket<T: Element>(
             if plan.kind() != PathKind::Warp {
                 alignment.get_or_insert(Alignment::of_block_plan(&plan));
             }
-            match seen.insert(format!("{plan:?}")) {
-                true => calls.time(bench, op).map(Some),
-                false => Ok(None),
+            match seen.entry(format!("{plan:?}")) {
+                Entry::Vacant(new) => {
+                    new.insert(Some(knobs));
+                    calls.time(bench, op).map(Some)
+                }
+                Entry::Occupied(mut known) => {
+                    known.get_mut().get_or_insert(knobs);
+                    Ok(None)
+                }
             }
         });
         match timed {
-            Ok(Some(micros)) if micros < best_micros => (best_micros, best) = (micros, knobs),
+            Ok(Some(micros)) if micros < best_micros => (best_micros, best) = (micros, Some(knobs)),
             Ok(_) => {}
             Err(error) => eprintln!("\n{class} {rows} x {cols}, {knobs}: {error}"),
         }
     }
     rill::tuning::set_tuning_table(&bench.gpu, None);
-    let knobs = if ladder_micros <= best_micros * (1.0 + LADDER_MARGIN) { Knobs::of(&ladder, None) } else { best };
+    // The untuned plan's knobs where it is within the margin of the fastest and some knobs
+    // give it; else the fastest's.
+    let untuned_knobs = seen.get(&format!("{untuned:?}")).copied().flatten();
+    let knobs = match (untuned_knobs, best) {
+        (Some(knobs), _) if untuned_micros <= best_micros * (1.0 + UNTUNED_MARGIN) => knobs,
+        (_, Some(best)) if best_micros < untuned_micros => best,
+        (untuned_knobs, best) => untuned_knobs.or(best).unwrap_or(Knobs::of(&untuned, None)),
+    };
     // Rows in the widest pack are aligned; others as the block paths' plans ran them.
     let alignment = match (cols.is_multiple_of(16 / size_of::<T>()), alignment) {
         (true, _) => Alignment::Aligned,
@@ -182,9 +197,9 @@ fn tune_bucket<T: Element>(
     };
     let bits = 8 * size_of::<T>() as u32;
     let bucket = Bucket { class, bits, cols: width_bucket(cols), rows: RowsBucket::of(rows), alignment };
-    let shape = [rows, cols];
-    bench.record::<T>(&format!("tune/{class}"), &shape, &knobs.to_string(), 0, best_micros, None);
-    Ok(Tuned { bucket, knobs, ladder_micros, best_micros })
+    let best_micros = best_micros.min(untuned_micros);
+    bench.record::<T>(&format!("tune/{class}"), &[rows, cols], &knobs.to_string(), 0, best_micros, None);
+    Ok(Tuned { bucket, knobs, untuned_micros, best_micros })
 }
 
 /// The arrays every class's op reads and writes over `rows x cols` of `T`, `sets` of those

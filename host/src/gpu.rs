@@ -23,7 +23,7 @@ pub struct DeviceInfo {
     pub l2_bytes: u32,
     /// The DRAM's peak bandwidth in bytes per second, from the memory clock and bus width
     /// the driver reports (0 where it does not): with the SM count, how many bytes each SM
-    /// must keep in flight; the benchmark reports it beside its figures.
+    /// must keep in flight, which decides some row plans (the dispatcher's `fast_dram`).
     pub dram_bytes_per_second: u64,
     /// The CUDA version the installed driver supports (`cuDriverGetVersion`), e.g. (13, 0).
     pub driver_api: (u32, u32),

@@ -1,11 +1,11 @@
 //! Tuning tables: which plan each bucket of row calls takes on a GPU, as `cargo xtask tune`
 //! measured it there. rill ships the tables of the GPUs it was tuned on and picks one by the
-//! device's name, else by its compute capability; a GPU with none is planned by the ladder
-//! (warp path, shared memory, clusters, uncached, each from the device's limits).
+//! device's name, else by its compute capability; calls a table has no entry for are planned
+//! by rill's rules (`RILL_TUNING_TABLE=ladder`: by the ladder alone, warp path, shared
+//! memory, clusters, uncached, each from the device's limits).
 //!
 //! A user's own table, from the tuner run on their GPU, takes over through the
-//! `RILL_TUNING_TABLE` environment variable (a file; `ladder` for none) or
-//! [`set_tuning_table`]:
+//! `RILL_TUNING_TABLE` environment variable (a file) or [`set_tuning_table`]:
 //!
 //! ```
 //! use rill::tuning::{Knobs, TuningTable};

@@ -9,7 +9,6 @@
 //! A row of all `-inf` gives NaN, as in PyTorch.
 
 pub use super::rows::check_last_dim;
-use super::rows::dispatch::WARP_MAX_COLS;
 pub use super::rows::dispatch::{Path, PathKind, Plan};
 use super::rows::{LibraryKernels, OpClass, RowCall, RowSpec, check_aligned, rows_cols, same_shape};
 use crate::Stream;
@@ -183,7 +182,7 @@ impl Softmax {
             && mask.address() % PACK_BYTES as u64 == x.address() % PACK_BYTES as u64;
         let tiles = mask_tiles(mask_bytes);
         let tiled_bytes = tiles * mask_bytes;
-        if in_phase || cols <= WARP_MAX_COLS || tiled_bytes > rows * cols * size / MASK_TILES_SHARE {
+        if in_phase || cols <= call.warp_max_cols() || tiled_bytes > rows * cols * size / MASK_TILES_SHARE {
             call.arrays.extend([(mask.address(), size), (y.address(), size)]);
             // A mask whose rows do not keep the input rows' offset is read at rows other
             // than the one worked on.
@@ -323,7 +322,9 @@ pub(crate) fn spec(kind: SoftmaxKind, bytes: u32) -> RowSpec {
         },
         // x cached as it is, the mask added on every read of the cache (the f32 clusters
         // cache the sum, in as many bytes).
-        SoftmaxKind::ScaleMask => RowSpec { cache_transformed: true, ..rows(OpClass::MaskedSoftmax) },
+        SoftmaxKind::ScaleMask => {
+            RowSpec { cache_transformed: true, cache_reads_memory: true, ..rows(OpClass::MaskedSoftmax) }
+        }
         SoftmaxKind::Causal => rows(OpClass::CausalSoftmax),
         SoftmaxKind::CrossEntropy | SoftmaxKind::LogSumExp => {
             RowSpec { reads_once: true, ..rows(OpClass::RowStatistics) }

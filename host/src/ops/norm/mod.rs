@@ -84,6 +84,7 @@ pub(crate) fn forward_spec(class: OpClass, x_bytes: u32, y_bytes: u32) -> RowSpe
 pub(crate) fn backward_spec(x_bytes: u32, weight: Option<(u32, u32)>) -> RowSpec {
     RowSpec {
         cache_bytes_per_col: 2 * x_bytes,
+        passes_column_bytes: weight.map_or(0, |(bytes, _)| bytes),
         column_bytes: weight.map_or(0, |(_, row_bytes)| row_bytes),
         runs_from_heads: true,
         ..RowSpec::rows_of(OpClass::NormBackward, x_bytes)
@@ -292,7 +293,8 @@ impl Norm {
         // kernel has a path (`gathers_columns`): aligned rows on the warp path, or aligned
         // rows or rows run from their heads in one block's shared memory or a cluster's
         // (each block its slice's sums). Elsewhere (rows too wide, a forced path, or a
-        // plan off those paths: `Prepared::gathers`) `param_grad` reads x and dy again.
+        // plan off those paths on this device: `Prepared::gathers`) `param_grad` reads x
+        // and dy again.
         let sums = match kind {
             NormKind::LayerNorm => 2,
             NormKind::RmsNorm => 1,
@@ -302,7 +304,7 @@ impl Norm {
         let gathering = RowSpec { class: OpClass::NormBackwardParams, column_sums: sums, ..row.spec };
         let gathers = wants_params
             && self.force.is_none()
-            && (aligned || row.shares_phase())
+            && (aligned || (cols > row.warp_max_cols() && row.shares_phase()))
             && gathers_columns(&gathering, cols, !aligned, row.stream.gpu().info());
         if gathers {
             row.ungathered = Some(row.kernels);
@@ -359,6 +361,7 @@ impl Norm {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::rows::dispatch::warp_max_cols;
 
     #[test]
     fn every_kind_path_and_dtype_triple_has_a_kernel() {
@@ -391,9 +394,10 @@ mod tests {
                 let backward = key(NormKernelKind::Backward, pack).symbol().is_some();
                 assert_eq!(backward, dtypes.0 == dtypes.1, "{path:?} {dtypes:?}");
                 // The gathering backward on the paths its calls plan: the warp tiers of
-                // aligned rows up to 512 columns, the shared and cluster paths, and their
-                // phased forms.
-                let gathers = matches!(path, RowPath::Warp8 | RowPath::Warp16)
+                // aligned rows up to the backward's widest warp row, the shared and cluster
+                // paths, and their phased forms.
+                let warp_max_cols = warp_max_cols(&RowSpec::rows_of(OpClass::NormBackwardParams, 2));
+                let gathers = RowPath::WARP.iter().any(|p| *p == path && 32 * path.warp_elements() <= warp_max_cols)
                     || matches!(path, RowPath::Shared | RowPath::Cluster)
                     || (path.phased() && path != RowPath::UncachedPhased);
                 let params = key(NormKernelKind::BackwardParams, pack).symbol().is_some();

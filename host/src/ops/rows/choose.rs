@@ -1,35 +1,60 @@
 //! The chooser: a row call's plan from the GPU's tuning table where it has an entry for the
 //! call's bucket ([`super::tuning`]), its knobs fitted to the call's shape and the device's
-//! limits; else, or where they do not fit, the ladder's ([`dispatch::ladder_plan`]). A
-//! forced path takes the ladder's plan on that path.
+//! limits; else, or where they do not fit, the fallback's ([`Fallback`]).
 
 use super::dispatch::{
-    self, BLOCK_SIZES, Occupancies, Occupancy, Path, Plan, Problem, RESERVED_SHARED_BYTES, SHARED_ALLOCATION_BYTES,
-    STREAMING_BLOCK_SIZES, block_grid, cluster_shape_plan, fits_a_block, warp_tier_plan,
+    self, BLOCK_SIZES, MAX_COLS, Occupancies, Occupancy, Path, Plan, Problem, RESERVED_SHARED_BYTES,
+    SHARED_ALLOCATION_BYTES, STREAMING_BLOCK_SIZES, block_grid, cluster_shape_plan, fits_a_block, warp_tier_plan,
 };
 use super::tuning::{Bucket, Knobs, TuningTable};
 use crate::DeviceInfo;
 use rill_kernels_gpu::abi::{ROW_CACHE_STAGES, ROW_CLUSTER_SIZES, ROW_STATIC_SHARED_BYTES, WARP_SIZE};
 use rill_kernels_gpu::table::RowPath;
 
-/// The plan for `problem`, and whether it asks for the rows ahead a wave of its warps
-/// holds (the engine sizes the request once its kernel's occupancy is known).
+/// What plans a call its GPU's tuning table has no entry for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fallback {
+    /// The measured rules ([`dispatch::plan`]), until the checked-in tables cover the GPUs
+    /// they were measured on.
+    Rules,
+    /// The ladder alone ([`dispatch::ladder_plan`]): `RILL_TUNING_TABLE=ladder`, to see
+    /// what the tables and rules are worth.
+    Ladder,
+}
+
+/// Whether a plan asks for rows ahead into L2, and who sizes the request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ahead {
+    None,
+    /// A wave of the resident warps' rows, where the kernel holds the request
+    /// ([`dispatch::wave_ahead`]): a table entry's `ahead`.
+    Wave,
+    /// As the rules decide ([`dispatch::rows_ahead`]).
+    ByRules,
+}
+
+/// The plan for `problem`, and whether it asks for rows ahead (the engine sizes the request
+/// once its kernel's occupancy is known): its table entry's knobs fitted to it, where the
+/// table has an entry for its bucket and they fit; else `fallback`'s. A forced path and a
+/// row too wide for any path are the rules' to plan or refuse.
 pub fn plan(
     problem: &Problem,
     device: &DeviceInfo,
     occupancy: Occupancies<'_>,
     table: Option<&TuningTable>,
-) -> crate::Result<(Plan, bool)> {
-    dispatch::check_width(problem)?;
-    if let Some(path) = problem.force {
-        return Ok((dispatch::forced_plan(problem, path, device, occupancy)?, false));
-    }
-    if let Some(knobs) = table.and_then(|table| table.knobs(&Bucket::of(problem)))
-        && let Some(fitted) = fit(knobs, problem, device, occupancy)?
+    fallback: Fallback,
+) -> crate::Result<(Plan, Ahead)> {
+    let free = problem.force.is_none() && problem.cols <= MAX_COLS;
+    if free
+        && let Some(knobs) = table.and_then(|table| table.knobs(&Bucket::of(problem)))
+        && let Some((plan, ahead)) = fit(knobs, problem, device, occupancy)?
     {
-        return Ok(fitted);
+        return Ok((plan, if ahead { Ahead::Wave } else { Ahead::None }));
     }
-    Ok((dispatch::ladder_plan(problem, device, occupancy)?, false))
+    Ok(match fallback {
+        Fallback::Ladder if free => (dispatch::ladder_plan(problem, device, occupancy)?, Ahead::None),
+        _ => (dispatch::plan(problem, device, occupancy)?, Ahead::ByRules),
+    })
 }
 
 /// `knobs` fitted to `problem`: the plan they give where its launch fits the device and the
@@ -168,12 +193,18 @@ mod tests {
     #[test]
     fn a_table_plans_its_buckets_and_the_ladder_the_rest_and_forced_paths() {
         let table = TuningTable::parse("softmax 32-bit 4096 * aligned uncached 256\n* * * * * warp 8").unwrap();
-        let planned = |problem: &Problem| plan(problem, &h100(), OCCUPANCY, Some(&table)).unwrap().0;
-        assert_eq!(planned(&problem(49152, 4096, 4)).path, Path::Uncached { block: 256 });
-        // The catch-all's warp tier does not hold 8192 columns: the ladder plans them.
-        assert_eq!(planned(&problem(49152, 8192, 4)).kind(), PathKind::Shared);
-        assert_eq!(planned(&problem(49152, 200, 4)).path, Path::Warp { width: 32, elements: 8 });
-        let forced = Problem { force: Some(PathKind::Shared), ..problem(49152, 4096, 4) };
-        assert_eq!(planned(&forced).kind(), PathKind::Shared);
+        let planned = |problem: &Problem, fallback| plan(problem, &h100(), OCCUPANCY, Some(&table), fallback).unwrap();
+        let (tuned, ahead) = planned(&problem(49152, 4096, 4), Fallback::Rules);
+        assert_eq!((tuned.path, ahead), (Path::Uncached { block: 256 }, Ahead::None));
+        assert_eq!(planned(&problem(49152, 200, 4), Fallback::Rules).0.path, Path::Warp { width: 32, elements: 8 });
+        // The catch-all's warp tier does not hold 8192 columns: the fallback plans them.
+        let wide = problem(49152, 8192, 4);
+        let rules = dispatch::plan(&wide, &h100(), OCCUPANCY).unwrap();
+        assert_eq!(planned(&wide, Fallback::Rules), (rules, Ahead::ByRules));
+        let ladder = dispatch::ladder_plan(&wide, &h100(), OCCUPANCY).unwrap();
+        assert_eq!(planned(&wide, Fallback::Ladder), (ladder, Ahead::None));
+        // A forced path is the rules' to plan.
+        let forced = Problem { force: Some(PathKind::Uncached), ..problem(49152, 4096, 4) };
+        assert_eq!(planned(&forced, Fallback::Ladder).0, dispatch::plan(&forced, &h100(), OCCUPANCY).unwrap());
     }
 }

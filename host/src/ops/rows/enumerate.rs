@@ -311,8 +311,8 @@ fn candidate(problem: &Problem, limits: &Limits, plan: Plan, demand: BlockDemand
 
 #[cfg(test)]
 mod tests {
-    use super::super::choose;
-    use super::super::dispatch::{Occupancies, PathKind, gathers_columns, rows_ahead};
+    use super::super::choose::{self, Ahead, Fallback};
+    use super::super::dispatch::{Occupancies, PathKind, gathers_columns, rows_ahead, warp_max_cols, wave_ahead};
     use super::super::profiles;
     use super::super::spec::{OpClass, RowSpec};
     use super::super::tuning::{self, Alignment, Knobs, RowsBucket, TuningTable, WIDER};
@@ -407,7 +407,8 @@ mod tests {
             for problem in packs(rows, cols, spec) {
                 let aligned = problem.pack > 1;
                 let phased = problem.block_pack > problem.pack;
-                let gathers = (aligned || phased) && gathers_columns(&gathering, cols, !aligned, device);
+                let gathers = (aligned || (cols > warp_max_cols(&spec) && phased))
+                    && gathers_columns(&gathering, cols, !aligned, device);
                 if gathers {
                     calls.push((Problem { spec: gathering, ..problem }, kernels));
                 }
@@ -444,11 +445,10 @@ mod tests {
         Some(Problem { block_limit, ..problem })
     }
 
-    /// How a test plans a call: by a table (the ladder where `None`), or by one setting of
-    /// the knobs.
+    /// How a test plans a call: by a table and a fallback, or by one setting of the knobs.
     #[derive(Clone, Copy)]
     enum Choice<'a> {
-        Table(Option<&'a TuningTable>),
+        Table(Option<&'a TuningTable>, Fallback),
         Knobs(Knobs),
     }
 
@@ -481,8 +481,13 @@ mod tests {
         };
         let occupancy = Occupancies { shared: &shared, cluster: &cluster };
         let (mut plan, ahead) = match choice {
-            Choice::Table(table) => choose::plan(&problem, &limits.device, occupancy, table).unwrap(),
-            Choice::Knobs(knobs) => choose::fit(knobs, &problem, &limits.device, occupancy).unwrap()?,
+            Choice::Table(table, fallback) => {
+                choose::plan(&problem, &limits.device, occupancy, table, fallback).unwrap()
+            }
+            Choice::Knobs(knobs) => {
+                let (plan, ahead) = choose::fit(knobs, &problem, &limits.device, occupancy).unwrap()?;
+                (plan, if ahead { Ahead::Wave } else { Ahead::None })
+            }
         };
         let Some(kernel_registers) = registers(plan.row_path(), plan.pack) else {
             let Family::Norm(NormKernelKind::BackwardParams, dtypes) = family else {
@@ -516,9 +521,12 @@ mod tests {
             };
             plan.grid = plan.grid.min(resident);
         }
-        if ahead {
-            plan.ahead = rows_ahead(&problem, &plan, &limits.device, || Ok(blocks_an_sm(plan.block()))).unwrap();
-        }
+        let resident = || Ok(blocks_an_sm(plan.block()));
+        plan.ahead = match ahead {
+            Ahead::None => 0,
+            Ahead::Wave => wave_ahead(&problem, &plan, &limits.device, resident).unwrap(),
+            Ahead::ByRules => rows_ahead(&problem, &plan, &limits.device, resident).unwrap(),
+        };
         Some((problem, family, plan))
     }
 
@@ -596,7 +604,7 @@ mod tests {
             let Some((problem, family, plan)) = planned(problem, family, limits, figure, choice) else {
                 match choice {
                     Choice::Knobs(_) => continue,
-                    Choice::Table(_) => return Err(format!("no kernel planned: {family:?} {problem:?} on {device}")),
+                    Choice::Table(..) => return Err(format!("no kernel planned: {family:?} {problem:?} on {device}")),
                 }
             };
             let registers = family.registers(figure);
@@ -634,9 +642,14 @@ mod tests {
         let runs: Vec<_> = runs.collect();
         let (mut classes, mut outside) = (std::collections::HashSet::new(), Vec::new());
         for limits in profiles::all().map(|device| Limits::of(device).unwrap()) {
-            // The ladder's plans, and the checked-in table's for the profile where it has one.
+            // The rules' plans, the ladder's, and the checked-in table's for the profile where
+            // it has one.
             let table = TuningTable::builtin(&limits.device);
-            let choices = [Choice::Table(None), Choice::Table(table.as_ref())];
+            let choices = [
+                Choice::Table(None, Fallback::Rules),
+                Choice::Table(None, Fallback::Ladder),
+                Choice::Table(table.as_ref(), Fallback::Rules),
+            ];
             for &(figure, rows, cols, dtype) in &runs {
                 for (problem, family) in calls(rows, cols, dtype, &limits.device) {
                     classes.insert(class_index(problem.spec.class));

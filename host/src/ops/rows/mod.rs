@@ -1,6 +1,7 @@
 //! What the row-wise ops (softmax, the norms) share on the host: shape checks, the pack
 //! choice, and one launch routine that plans a path ([`choose::plan`], from the GPU's
-//! tuning table or the ladder) and runs it (or, for the ops' `plan_only`, returns the plan).
+//! tuning table, else its fallback) and runs it (or, for the ops' `plan_only`, returns the
+//! plan).
 
 pub mod choose;
 pub mod dispatch;
@@ -15,7 +16,8 @@ use crate::gpu::Owner;
 use crate::launch::{LaunchConfig, Tally, active_clusters, count, launch};
 use crate::module::{Attributes, Kernel, KernelKey};
 use crate::tensor::{Element, View};
-use dispatch::{Occupancies, Problem, RESERVED_SHARED_BYTES, rows_ahead};
+use choose::{Ahead, Fallback};
+use dispatch::{Occupancies, Problem, RESERVED_SHARED_BYTES, rows_ahead, wave_ahead};
 pub use dispatch::{Path, PathKind, Plan};
 use foldhash::HashMap;
 use rill_kernels_gpu::abi::DType;
@@ -212,51 +214,64 @@ impl RowPlans {
     }
 }
 
-/// Each GPU's tuning table, by its [`Owner`]: chosen at its first row call
-/// ([`default_table`]) unless [`set_tuning_table`] chose first. `None`: the ladder plans
-/// every call.
-static TABLES: LazyLock<Mutex<HashMap<Owner, Option<Arc<TuningTable>>>>> = LazyLock::new(Default::default);
+/// How a GPU's row calls are planned: its tuning table (none: no entries), and what plans
+/// the calls the table does not.
+#[derive(Clone)]
+pub(crate) struct Planning {
+    table: Option<Arc<TuningTable>>,
+    fallback: Fallback,
+}
 
-/// The table a GPU's row calls are planned by unless its user sets one: the file
-/// `RILL_TUNING_TABLE` names, none where it says `ladder`, else the checked-in table for the
-/// device ([`TuningTable::builtin`]). Read once a process; an error says what is wrong with
-/// the file.
-fn default_table(device: &crate::DeviceInfo) -> Result<Option<Arc<TuningTable>>> {
-    static FROM_ENVIRONMENT: LazyLock<Result<Option<Option<Arc<TuningTable>>>, String>> = LazyLock::new(|| {
+/// Each GPU's planning, by its [`Owner`]: chosen at its first row call ([`default_planning`])
+/// unless [`set_tuning_table`] chose first.
+static PLANNING: LazyLock<Mutex<HashMap<Owner, Planning>>> = LazyLock::new(Default::default);
+
+/// How a GPU's row calls are planned unless its user sets a table: by the file
+/// `RILL_TUNING_TABLE` names (by the ladder alone where it says `ladder`), else by the
+/// checked-in table for the device ([`TuningTable::builtin`]), the measured rules planning
+/// what a table does not. Read once a process; an error says what is wrong with the file.
+fn default_planning(device: &crate::DeviceInfo) -> Result<Planning> {
+    static FROM_ENVIRONMENT: LazyLock<Result<Option<Planning>, String>> = LazyLock::new(|| {
         let Some(path) = std::env::var_os("RILL_TUNING_TABLE") else {
             return Ok(None);
         };
         if path == "ladder" {
-            return Ok(Some(None));
+            return Ok(Some(Planning { table: None, fallback: Fallback::Ladder }));
         }
         let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let table = TuningTable::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        Ok(Some(Some(Arc::new(table))))
+        Ok(Some(Planning { table: Some(Arc::new(table)), fallback: Fallback::Rules }))
     });
     match &*FROM_ENVIRONMENT {
-        Ok(Some(table)) => Ok(table.clone()),
-        Ok(None) => Ok(TuningTable::builtin(device).map(Arc::new)),
+        Ok(Some(planning)) => Ok(planning.clone()),
+        Ok(None) => Ok(Planning { table: TuningTable::builtin(device).map(Arc::new), fallback: Fallback::Rules }),
         Err(error) => Err(Error::InvalidInput(format!("RILL_TUNING_TABLE={error}"))),
     }
 }
 
-/// The tuning table `gpu`'s row calls are planned by; `None` where the ladder plans them.
-pub fn tuning_table(gpu: &crate::Gpu) -> Result<Option<Arc<TuningTable>>> {
-    let mut tables = TABLES.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(table) = tables.get(&gpu.owner()) {
-        return Ok(table.clone());
+/// How `gpu`'s row calls are planned.
+fn planning(gpu: &crate::Gpu) -> Result<Planning> {
+    let mut plannings = PLANNING.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(planning) = plannings.get(&gpu.owner()) {
+        return Ok(planning.clone());
     }
-    let table = default_table(gpu.info())?;
-    tables.insert(gpu.owner(), table.clone());
-    Ok(table)
+    let planning = default_planning(gpu.info())?;
+    plannings.insert(gpu.owner(), planning.clone());
+    Ok(planning)
 }
 
-/// Plans `gpu`'s row calls by `table` from now on (`None`: by the ladder alone), instead of
-/// the checked-in table for the device or the one `RILL_TUNING_TABLE` names. Plans made
-/// before are forgotten. A table's entries need not fit the device: where an entry's plan
-/// does not fit a call, the ladder plans it.
+/// The tuning table `gpu`'s row calls are planned by; `None` where there is none.
+pub fn tuning_table(gpu: &crate::Gpu) -> Result<Option<Arc<TuningTable>>> {
+    Ok(planning(gpu)?.table)
+}
+
+/// Plans `gpu`'s row calls by `table` from now on (`None`: by none), instead of the
+/// checked-in table for the device or the one `RILL_TUNING_TABLE` names; calls the table
+/// has no entry for, and those whose entry's plan does not fit them, are planned by rill's
+/// rules. Plans made before are forgotten.
 pub fn set_tuning_table(gpu: &crate::Gpu, table: Option<TuningTable>) {
-    TABLES.lock().unwrap_or_else(PoisonError::into_inner).insert(gpu.owner(), table.map(Arc::new));
+    let planning = Planning { table: table.map(Arc::new), fallback: Fallback::Rules };
+    PLANNING.lock().unwrap_or_else(PoisonError::into_inner).insert(gpu.owner(), planning);
     REMEMBERED.forget();
 }
 
@@ -344,6 +359,11 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             launch,
             stream,
         }
+    }
+
+    /// The widest row the planner's rules give the warp path for this op.
+    pub(crate) fn warp_max_cols(&self) -> usize {
+        dispatch::warp_max_cols(&self.spec)
     }
 
     /// Whether the row length and every array allow the widest pack.
@@ -460,8 +480,8 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
         };
         let problem = Problem { block_limit, ..*problem };
         let occupancy = Occupancies { shared: &shared, cluster: &cluster };
-        let table = tuning_table(gpu)?;
-        let (mut plan, ahead) = choose::plan(&problem, gpu.info(), occupancy, table.as_deref())?;
+        let Planning { table, fallback } = planning(gpu)?;
+        let (mut plan, ahead) = choose::plan(&problem, gpu.info(), occupancy, table.as_deref(), fallback)?;
         let kernel = match (kernel_for(&plan), ungathered) {
             // The gathering kernels have none on the path planned (the op's estimate of where
             // they run did not hold on this device): planned again with kernels that gather
@@ -508,9 +528,12 @@ impl<'a, A: RowArgs> RowCall<'a, A> {
             Path::Warp { .. } if gathered_bytes > 0 => Some(sums_attributes),
             _ => None,
         };
-        if ahead {
-            plan.ahead = rows_ahead(&problem, &plan, gpu.info(), || blocks_an_sm(plan.block()))?;
-        }
+        let resident = || blocks_an_sm(plan.block());
+        plan.ahead = match ahead {
+            Ahead::None => 0,
+            Ahead::Wave => wave_ahead(&problem, &plan, gpu.info(), resident)?,
+            Ahead::ByRules => rows_ahead(&problem, &plan, gpu.info(), resident)?,
+        };
         let config = LaunchConfig {
             grid: plan.grid,
             block: plan.block(),

@@ -74,10 +74,16 @@ pub struct RowSpec {
     /// warp path it then streams rows, a block per row, and no cache would pay for its
     /// shared memory.
     pub reads_once: bool,
+    /// Whether every read of the cached row also reads other data from memory (the masked
+    /// kind adds its mask on each read).
+    pub cache_reads_memory: bool,
     /// Whether every read of the cached row transforms it (the masked kind, a user's load
     /// that caches its source, e.g. int8 dequantized on each read): such a kernel is
     /// issue-bound, so tuning tables tell a user's transforming families apart.
     pub cache_transformed: bool,
+    /// Bytes a column of the per-column data that the passes over a cached row also read
+    /// from global memory (a norm backward's weight; 0 for none).
+    pub passes_column_bytes: u32,
     /// Bytes of per-column data every row re-reads (a norm's weight and bias): on the
     /// shared path, L1 is left that much room where that costs no resident blocks or
     /// [`RowSpec::columns_before_blocks`] says L1 comes first.
@@ -108,7 +114,9 @@ impl RowSpec {
             cache_bytes_per_col: element_bytes,
             cluster_held_packs: 0,
             reads_once: false,
+            cache_reads_memory: false,
             cache_transformed: false,
+            passes_column_bytes: 0,
             column_bytes: 0,
             columns_before_blocks: false,
             column_sums: 0,

@@ -16,7 +16,7 @@
 //! [`Alignment`]; `*` matches any value. The entry that names the most of them wins, the
 //! first of those on a tie. A plan's knobs ([`Knobs`]) are what generalizes over a bucket's
 //! shapes: the chooser ([`super::choose`]) fits them to the call's shape and the device's
-//! limits, and falls back to the ladder where they do not fit.
+//! limits, and plans by its fallback (the rules, or the ladder) where they do not fit.
 
 use super::dispatch::{BLOCK_SIZES, Path, Plan, Problem, SMALL_BLOCK, STREAMING_BLOCK_SIZES};
 use super::spec::RowSpec;
@@ -337,7 +337,7 @@ impl TuningTable {
     }
 
     /// The checked-in table for `device`: the one measured on a GPU of its name, else on one
-    /// of its compute capability, else none (the ladder plans every call).
+    /// of its compute capability, else none (the fallback plans every call).
     pub fn builtin(device: &DeviceInfo) -> Option<TuningTable> {
         let tables = BUILTIN.iter().filter_map(|(_, text)| TuningTable::parse(text).ok());
         let tables: Vec<TuningTable> = tables.collect();
