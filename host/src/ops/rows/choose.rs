@@ -3,12 +3,12 @@
 //! limits; else, or where they do not fit, the fallback's ([`Fallback`]).
 
 use super::dispatch::{
-    self, BLOCK_SIZES, MAX_COLS, Occupancies, Occupancy, Path, Plan, Problem, RESERVED_SHARED_BYTES,
-    SHARED_ALLOCATION_BYTES, STREAMING_BLOCK_SIZES, block_grid, cluster_shape_plan, fits_a_block, warp_tier_plan,
+    self, BLOCK_SIZES, MAX_COLS, Occupancies, Path, Plan, Problem, STREAMING_BLOCK_SIZES, block_grid,
+    cluster_shape_plan, fits_a_block, padded_shared_bytes, warp_tier_plan,
 };
 use super::tuning::{Bucket, Knobs, TuningTable};
 use crate::DeviceInfo;
-use rill_kernels_gpu::abi::{ROW_CACHE_STAGES, ROW_CLUSTER_SIZES, ROW_STATIC_SHARED_BYTES, WARP_SIZE};
+use rill_kernels_gpu::abi::{ROW_CACHE_STAGES, ROW_CLUSTER_SIZES, WARP_SIZE};
 use rill_kernels_gpu::table::RowPath;
 
 /// What plans a call its GPU's tuning table has no entry for.
@@ -82,7 +82,9 @@ pub fn fit(
             if !staged || !fits_a_block(bytes, device) {
                 return Ok(None);
             }
-            let Some(shared_bytes) = padded(bytes as u32, block, most_blocks_an_sm, device, occupancy.shared)? else {
+            let Some(shared_bytes) =
+                padded_shared_bytes(bytes as u32, block, most_blocks_an_sm, device, occupancy.shared)?
+            else {
                 return Ok(None);
             };
             let plan =
@@ -113,43 +115,10 @@ pub fn fit(
     })
 }
 
-/// The shared memory a shared-path block of `block` threads caching `cached` bytes launches
-/// with: `cached`, padded (the kernel uses only its cache's bytes) until at most
-/// `most_blocks_an_sm` blocks share an SM where that is given and fewer than the cache alone
-/// allows; `None` where the block does not reside or no padding that launches gets there.
-fn padded(
-    cached: u32,
-    block: u32,
-    most_blocks_an_sm: Option<u32>,
-    device: &DeviceInfo,
-    occupancy: Occupancy<'_>,
-) -> crate::Result<Option<u32>> {
-    let resident = occupancy(block, cached)?;
-    let Some(most) = most_blocks_an_sm.filter(|&most| most < resident) else {
-        return Ok((resident > 0).then_some(cached));
-    };
-    if most == 0 {
-        return Ok(None);
-    }
-    // The least allotment of which `most` + 1 blocks overfill the SM's shared memory.
-    let per_block = device.max_shared_bytes_per_multiprocessor / (most + 1) + 1;
-    let mut bytes = per_block
-        .saturating_sub(ROW_STATIC_SHARED_BYTES + RESERVED_SHARED_BYTES)
-        .next_multiple_of(SHARED_ALLOCATION_BYTES)
-        .max(cached);
-    while occupancy(block, bytes)? > most {
-        bytes += SHARED_ALLOCATION_BYTES;
-        if !fits_a_block(bytes as u64, device) {
-            return Ok(None);
-        }
-    }
-    Ok((occupancy(block, bytes)? > 0).then_some(bytes))
-}
-
 #[cfg(test)]
 mod tests {
-    use super::super::dispatch::PathKind;
     use super::super::dispatch::tests::{OCCUPANCY, problem, with};
+    use super::super::dispatch::{PathKind, SHARED_ALLOCATION_BYTES};
     use super::*;
     use crate::launch::tests::h100;
 

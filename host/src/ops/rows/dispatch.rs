@@ -448,19 +448,15 @@ pub fn rows_ahead(
     device: &DeviceInfo,
     resident_blocks: impl FnOnce() -> crate::Result<u32>,
 ) -> crate::Result<u64> {
-    let Path::Warp { width, elements } = plan.path else {
-        return Ok(0);
-    };
-    // A forward with element outputs caches its row alone: its bytes a column are its cache's.
-    let spec = &problem.spec;
-    let requested = spec.class.writes_elements_forward()
-        && requests_rows_ahead(elements as usize, spec.cache_bytes_per_col as usize);
-    if !fast_dram(device) || !requested {
+    if !fast_dram(device) {
         return Ok(0);
     }
-    let blocks_an_sm = resident_blocks()?;
-    let warps = blocks_an_sm * (plan.block() / WARP_SIZE);
-    let wave = wave_rows(width, elements, blocks_an_sm, device);
+    let mut warps = 0;
+    let wave = wave_ahead(problem, plan, device, || {
+        let blocks_an_sm = resident_blocks()?;
+        warps = blocks_an_sm * (plan.block() / WARP_SIZE);
+        Ok(blocks_an_sm)
+    })?;
     let wave_bytes = wave * (problem.cols * problem.spec.cache_bytes_per_col as usize) as u64;
     let fits = warps <= AHEAD_MAX_WARPS && wave_bytes <= device.l2_bytes as u64 / AHEAD_L2_SHARE;
     Ok(if fits { wave } else { 0 })
@@ -477,24 +473,49 @@ const AHEAD_L2_SHARE: u64 = 8;
 pub(super) const SHARED_ALLOCATION_BYTES: u32 = 128;
 
 /// Shared-path `plan` with its dynamic shared memory padded until at most
-/// [`FEWER_BLOCKS_RESIDENT`] blocks fit an SM (the kernel uses only its cache's bytes), or
-/// `plan` unchanged where no padding gets there.
+/// [`FEWER_BLOCKS_RESIDENT`] blocks fit an SM ([`padded_shared_bytes`]), or `plan` unchanged
+/// where no padding gets there.
 fn with_fewer_blocks(plan: Plan, device: &DeviceInfo, occupancy: Occupancy<'_>) -> crate::Result<Plan> {
     let Path::Shared { block, shared_bytes } = plan.path else {
         return Ok(plan);
     };
-    let per_block = device.max_shared_bytes_per_multiprocessor / (FEWER_BLOCKS_RESIDENT + 1) + 1;
-    let mut padded = per_block
+    Ok(match padded_shared_bytes(shared_bytes, block, Some(FEWER_BLOCKS_RESIDENT), device, occupancy)? {
+        Some(padded) => Plan { path: Path::Shared { block, shared_bytes: padded }, ..plan },
+        None => plan,
+    })
+}
+
+/// The shared memory a shared-path block of `block` threads caching `cached` bytes launches
+/// with: `cached`, padded (the kernel uses only its cache's bytes) until at most
+/// `most_blocks_an_sm` blocks share an SM where that is given and fewer than the cache alone
+/// allows; `None` where the block does not reside or no padding that launches gets there.
+pub(super) fn padded_shared_bytes(
+    cached: u32,
+    block: u32,
+    most_blocks_an_sm: Option<u32>,
+    device: &DeviceInfo,
+    occupancy: Occupancy<'_>,
+) -> crate::Result<Option<u32>> {
+    let resident = occupancy(block, cached)?;
+    let Some(most) = most_blocks_an_sm.filter(|&most| most < resident) else {
+        return Ok((resident > 0).then_some(cached));
+    };
+    if most == 0 {
+        return Ok(None);
+    }
+    // The least allotment of which `most` + 1 blocks overfill the SM's shared memory.
+    let per_block = device.max_shared_bytes_per_multiprocessor / (most + 1) + 1;
+    let mut bytes = per_block
         .saturating_sub(ROW_STATIC_SHARED_BYTES + RESERVED_SHARED_BYTES)
         .next_multiple_of(SHARED_ALLOCATION_BYTES)
-        .max(shared_bytes);
-    while occupancy(block, padded)? > FEWER_BLOCKS_RESIDENT {
-        padded += SHARED_ALLOCATION_BYTES;
-        if !fits_a_block(padded as u64, device) {
-            return Ok(plan);
+        .max(cached);
+    while occupancy(block, bytes)? > most {
+        bytes += SHARED_ALLOCATION_BYTES;
+        if !fits_a_block(bytes as u64, device) {
+            return Ok(None);
         }
     }
-    Ok(Plan { path: Path::Shared { block, shared_bytes: padded }, ..plan })
+    Ok((occupancy(block, bytes)? > 0).then_some(bytes))
 }
 
 /// DRAM bandwidth an SM (bytes per second) past which a lone block on the shared path
