@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One-time set-up on a fresh Debian 12 machine with rustup:
-#   1. the pinned nightly toolchain from rust-toolchain.toml (NVPTX backend, bitcode linker);
+#   1. the pinned nightly toolchain from rust-toolchain.toml (NVPTX backend, bitcode linker),
+#      and stable, on which the test command checks that what the host shares with the
+#      kernels compiles;
 #   2. the CUDA driver library `libcuda.so.1`, which `cust` links against and loads at start-up
 #      even on machines without a GPU (there `cuInit` fails cleanly and GPU tests skip);
 #   3. `.cuda/lib64/libcuda.so`, the layout cust's build script looks for (see .cargo/config.toml).
@@ -8,6 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 rustup toolchain install
+rustup toolchain install stable --profile minimal --no-self-update
 
 if ! ldconfig -p | grep -q 'libcuda\.so\.1 '; then
     sudo_cmd=""

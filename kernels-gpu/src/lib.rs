@@ -12,7 +12,10 @@
 //! body per op family; `entry` instantiates the exported kernels from the tables in [`abi`].
 #![cfg_attr(target_arch = "nvptx64", no_std)]
 #![cfg_attr(target_arch = "nvptx64", feature(abi_ptx, stdarch_nvptx, asm_experimental_arch, float_minimum_maximum))]
-#![feature(f16, adt_const_params)]
+// The device build and the crate's own tests need the `f16` type and enum const parameters;
+// what the host crate shares with the kernels (the table, the ABI, the portable math) needs
+// neither, so it compiles on stable Rust.
+#![cfg_attr(any(target_arch = "nvptx64", test), feature(f16, adt_const_params))]
 
 pub mod abi;
 pub mod arch;

@@ -82,6 +82,7 @@ impl Scalar for f32 {
     }
 }
 
+#[cfg(any(target_arch = "nvptx64", test))]
 impl Scalar for f16 {
     const DTYPE: DType = DType::F16;
 

@@ -64,7 +64,8 @@ impl Module {
 /// (`RowShape::phase`); they are kernels of their own because the head and edge elements
 /// cost the aligned kernels registers, and so resident warps, at every width (docs/DECISIONS.md,
 /// "Rows run from their heads").
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, core::marker::ConstParamTy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(any(target_arch = "nvptx64", test), derive(core::marker::ConstParamTy))]
 pub enum RowPath {
     Warp8,
     Warp16,
