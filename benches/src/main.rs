@@ -5,6 +5,7 @@
 //! rill-bench [--quick] [--filter TEXT,..] [--dtype f32|f16|bf16] [--cols W,W,..] [--rows N] [--peers [--python PATH]] [--json PATH] [--plot-dir DIR] [--perf PATH] [--profile]
 //! rill-bench --from-json PATH [--from-json PATH ..] [--device TEXT] [--plot-dir DIR] [--perf PATH]
 //! rill-bench --tune PATH [--filter CLASS,..] [--dtype f32|bf16]
+//! rill-bench --compare BASE.json NEW.json
 //! ```
 //! - elementwise ops over lengths 2^16..2^28, the softmax family over the seed articles'
 //!   sweep (49152 rows of 32..32768 columns, 768, 1000; 4096 rows of 50257..262144),
@@ -28,7 +29,8 @@
 //!   `--python`, default python3), merged into the table, the record file, the plots (a line
 //!   per implementation) and the report (each row's best peer and rill's ratio to it);
 //!   without python3 or torch one line says so and rill's figures stand alone;
-//! - `--tune`: the GPU's tuning table instead of the sweep (see `tune.rs`);
+//! - `--tune`: the GPU's tuning table instead of the sweep (see `tune.rs`); `--compare`: one
+//!   recorded run against another, per op (see `compare.rs`);
 //! - `--profile`: the profile table instead of the sweep; `--from-json`: the report of
 //!   recorded runs, without measuring (no GPU needed): a section per record file, in the
 //!   order given (one GPU's runs, the newest figure of each op, dtype and shape), `--device`
@@ -45,6 +47,7 @@
 //! and exits 0; bad arguments exit 2.
 
 mod batch_norm;
+mod compare;
 mod elementwise;
 mod fused;
 mod measure;
@@ -115,6 +118,10 @@ struct Options {
     /// The GPU of recorded runs whose header names none.
     #[arg(long, value_name = "TEXT")]
     device: Option<String>,
+    /// Compare two recorded runs (BASE, then NEW) instead of measuring: per op the
+    /// distribution of new / base bandwidth, and the shapes slower by more than 2%.
+    #[arg(long, num_args = 2, value_names = ["BASE", "NEW"])]
+    compare: Option<Vec<PathBuf>>,
     /// Tune instead of the sweep: time every plan the knobs give each bucket of row calls
     /// and write the GPU's tuning table to PATH (`--filter` picks classes, `--dtype` one of
     /// f32 and bf16).
@@ -140,7 +147,9 @@ fn width(text: &str) -> Result<usize, String> {
 
 fn main() {
     let options = Options::parse();
-    let result = if options.from_json.is_empty() {
+    let result = if let Some(paths) = &options.compare {
+        compare_runs(paths)
+    } else if options.from_json.is_empty() {
         match Gpu::new(0) {
             Ok(gpu) => run(gpu, &options),
             Err(error) => return println!("no CUDA device ({error}): nothing measured"),
@@ -169,6 +178,19 @@ fn regenerate(options: &Options) -> Result<(), Box<dyn Error>> {
         sections.push(report::Section::new(&stem(path), runs));
     }
     report_sections(&sections, options)
+}
+
+/// `--compare`'s text: the second record file's runs against the first's.
+fn compare_runs(paths: &[PathBuf]) -> Result<(), Box<dyn Error>> {
+    let section = |path: &PathBuf| -> Result<report::Section, Box<dyn Error>> {
+        let json = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let runs = report::parse(&json).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(report::Section::new(&stem(path), runs))
+    };
+    let (base, new) = (section(&paths[0])?, section(&paths[1])?);
+    println!("{} against {}", new.title(), base.title());
+    print!("{}", compare::compare(&base, &new));
+    Ok(())
 }
 
 /// A record file's name without its directory and extension: its section's name.

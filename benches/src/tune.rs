@@ -341,3 +341,16 @@ fn queries(rows: usize, cols: usize) -> usize {
     }
     q
 }
+
+#[cfg(test)]
+mod tests {
+    use super::CLASSES;
+
+    #[test]
+    fn every_class_tuned_is_one_a_table_names_once() {
+        for (i, (class, _)) in CLASSES.iter().enumerate() {
+            assert!(rill::tuning::CLASSES.contains(class), "{class}");
+            assert!(CLASSES[i + 1..].iter().all(|(other, _)| other != class), "{class} twice");
+        }
+    }
+}
