@@ -158,6 +158,11 @@ impl Bench {
     }
 }
 
+/// The rows of the sweep's row-op shapes of `cols` columns: 49152, 4096 past 32768 columns.
+pub fn sweep_rows(cols: usize) -> usize {
+    if cols > 32768 { 4096 } else { 49152 }
+}
+
 /// The `(rows, cols)` shapes of `sweep` whose widths `cols` names (all without it), widths
 /// it names outside the sweep added at the sweep's rows for their size (4096 past 32768
 /// columns, else 49152), every shape at `rows` where given.
@@ -165,7 +170,7 @@ fn chosen_shapes(mut sweep: Vec<(usize, usize)>, cols: Option<&[usize]>, rows: O
     if let Some(wanted) = cols {
         for &width in wanted {
             if sweep.iter().all(|&(_, swept)| swept != width) {
-                sweep.push((if width > 32768 { 4096 } else { 49152 }, width));
+                sweep.push((sweep_rows(width), width));
             }
         }
         sweep.retain(|(_, width)| wanted.contains(width));

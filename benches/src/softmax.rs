@@ -20,7 +20,7 @@ const OPS: &[(&str, usize)] = &[
 
 /// Queries per batch for the causal view `[rows / q, q, cols]`: the largest power of two
 /// dividing `rows`, at most `cols`.
-fn queries(rows: usize, cols: usize) -> usize {
+pub(crate) fn queries(rows: usize, cols: usize) -> usize {
     let mut q = 1;
     while rows.is_multiple_of(2 * q) && 2 * q <= cols {
         q *= 2;

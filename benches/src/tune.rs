@@ -9,7 +9,7 @@
 //! [`UNTUNED_MARGIN`] of the fastest: a table then differs from what the GPU ran before only
 //! where the measurement says it pays, and holds every bucket's plan.
 
-use crate::measure::Bench;
+use crate::measure::{Bench, sweep_rows};
 use half::bf16;
 use rill::norm::{Backward, Forward, Norm, NormKind};
 use rill::softmax::{PathKind, Plan, Softmax};
@@ -109,7 +109,7 @@ fn tune_dtype<T: Element>(
     let mut shapes = Vec::new();
     for bound in WIDTH_BUCKETS {
         let cols = bound as usize;
-        let rows = if cols > 32768 { 4096 } else { 49152 };
+        let rows = sweep_rows(cols);
         shapes.push((rows, cols));
         if bound >= ODD_FROM {
             shapes.extend([(rows, cols - 1), (FEW, cols)]);
@@ -187,7 +187,7 @@ fn tune_bucket<T: Element>(
     let knobs = match (untuned_knobs, best) {
         (Some(knobs), _) if untuned_micros <= best_micros * (1.0 + UNTUNED_MARGIN) => knobs,
         (_, Some(best)) if best_micros < untuned_micros => best,
-        (untuned_knobs, best) => untuned_knobs.or(best).unwrap_or(Knobs::of(&untuned, None)),
+        (untuned_knobs, best) => untuned_knobs.or(best).unwrap_or(Knobs::of(&untuned)),
     };
     // Rows in the widest pack are aligned; others as the block paths' plans ran them.
     let alignment = match (cols.is_multiple_of(16 / size_of::<T>()), alignment) {
@@ -296,7 +296,7 @@ impl<'a, T: Element> Calls<'a, T> {
             "softmax_backward" => softmax.backward(stream, x, second, y, false),
             "scaled_masked_softmax" => softmax.scale_mask(stream, x, &self.mask, 0.125, y),
             "scaled_causal_softmax" => {
-                let q = queries(rows, cols);
+                let q = crate::softmax::queries(rows, cols);
                 let x = x.view().reshape(&[rows / q, q, cols])?;
                 softmax.causal(stream, &x, 0.125, &mut y.view_mut().reshape(&[rows / q, q, cols])?)
             }
@@ -332,15 +332,6 @@ impl<'a, T: Element> Calls<'a, T> {
 /// plans apart by a percent, few enough that a GPU's table takes minutes.
 const TIMED_BATCHES: usize = 5;
 const BATCH_SECONDS: f64 = 0.5e-3;
-
-/// Queries per batch for the causal view `[rows / q, q, cols]` (as the sweep's).
-fn queries(rows: usize, cols: usize) -> usize {
-    let mut q = 1;
-    while rows.is_multiple_of(2 * q) && 2 * q <= cols {
-        q *= 2;
-    }
-    q
-}
 
 #[cfg(test)]
 mod tests {

@@ -547,12 +547,7 @@ pub const WARP16_MIN_PACKED_COLS: usize = 64;
 pub const READ_ONCE_WARP32_COLS: core::ops::RangeInclusive<usize> = 256..=512;
 
 fn warp_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
-    let cols = problem.cols.max(1) as u32;
-    let narrowest = RowPath::WARP
-        .into_iter()
-        .map(|path| path.warp_elements() as u32)
-        .find(|&e| cols <= 32 * e)
-        .unwrap_or(RowPath::Warp32.warp_elements() as u32);
+    let narrowest = narrowest_tier(problem.cols);
     let elements = if problem.spec.reads_once && problem.pack == 8 && READ_ONCE_WARP32_COLS.contains(&problem.cols) {
         RowPath::Warp32.warp_elements() as u32
     } else if narrowest == RowPath::Warp8.warp_elements() as u32
@@ -564,6 +559,14 @@ fn warp_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
         narrowest
     };
     warp_tier_plan(problem, elements, device)
+}
+
+/// Elements a lane of the narrowest warp tier that holds a row of `cols` in 32 lanes (the
+/// widest tier past them).
+fn narrowest_tier(cols: usize) -> u32 {
+    let cols = cols.max(1) as u32;
+    let tiers = RowPath::WARP.into_iter().map(|path| path.warp_elements() as u32);
+    tiers.clone().find(|&e| cols <= WARP_SIZE * e).unwrap_or(RowPath::Warp32.warp_elements() as u32)
 }
 
 /// The warp path's plan on the tier of `elements` a lane: as few lanes a row as a power of
@@ -914,6 +917,12 @@ fn uncached_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
     let phased_16_bit = problem.block_phased() && problem.block_pack == 8;
     let most =
         if phased_16_bit { problem.block_limit.min(UNCACHED_PHASED_16_BIT_MAX_BLOCK) } else { problem.block_limit };
+    uncached_plan_within(problem, most, device)
+}
+
+/// The uncached path in the largest of [`BLOCK_SIZES`] up to `most` threads (the smallest
+/// where none is).
+fn uncached_plan_within(problem: &Problem, most: u32, device: &DeviceInfo) -> Plan {
     let block = BLOCK_SIZES.into_iter().rev().find(|&b| b <= most).unwrap_or(BLOCK_SIZES[0]);
     problem.block_plan(Path::Uncached { block }, block_grid(problem.rows, block, device))
 }
@@ -926,16 +935,9 @@ fn uncached_plan(problem: &Problem, device: &DeviceInfo) -> Plan {
 /// threads do; a cluster of the fewest blocks, each the largest, where it fits one;
 /// uncached in the largest block where neither does.
 pub(super) fn ladder_plan(problem: &Problem, device: &DeviceInfo, occupancy: Occupancies<'_>) -> crate::Result<Plan> {
-    let largest_uncached = || {
-        let block = BLOCK_SIZES.into_iter().rev().find(|&b| b <= problem.block_limit).unwrap_or(BLOCK_SIZES[0]);
-        problem.block_plan(Path::Uncached { block }, block_grid(problem.rows, block, device))
-    };
+    let largest_uncached = || uncached_plan_within(problem, problem.block_limit, device);
     if problem.cols <= WARP_MAX_COLS {
-        let cols = problem.cols.max(1) as u32;
-        let tiers = RowPath::WARP.into_iter().map(|path| path.warp_elements() as u32);
-        let narrowest =
-            tiers.clone().find(|&e| cols <= WARP_SIZE * e).unwrap_or(RowPath::Warp32.warp_elements() as u32);
-        return Ok(warp_tier_plan(problem, narrowest, device));
+        return Ok(warp_tier_plan(problem, narrowest_tier(problem.cols), device));
     }
     if problem.spec.reads_once {
         return Ok(largest_uncached());

@@ -205,9 +205,7 @@ impl RowPlans {
         }
         plans.insert(key, planned);
     }
-}
 
-impl RowPlans {
     /// Forgets every plan: a GPU's tuning table changed.
     fn forget(&self) {
         self.plans.lock().unwrap_or_else(PoisonError::into_inner).clear();

@@ -213,12 +213,12 @@ impl Knobs {
         warp.chain(shared).chain(cluster).chain(uncached).collect()
     }
 
-    /// The knobs of `plan`, whose shared path keeps the blocks an SM its cache allows where
-    /// `padded` is `None`.
-    pub fn of(plan: &Plan, padded: Option<u32>) -> Knobs {
+    /// The knobs of `plan`; a shared-path plan's at the blocks an SM its cache allows (a
+    /// padded plan's cap is not in the plan: the knobs that gave it name it).
+    pub fn of(plan: &Plan) -> Knobs {
         match plan.path {
             Path::Warp { elements, .. } => Knobs::Warp { elements, ahead: plan.ahead > 0 },
-            Path::Shared { block, .. } => Knobs::Shared { block, stages: plan.stages, most_blocks_an_sm: padded },
+            Path::Shared { block, .. } => Knobs::Shared { block, stages: plan.stages, most_blocks_an_sm: None },
             Path::Cluster { cluster, block, .. } => Knobs::Cluster { cluster, block },
             Path::Uncached { block } => Knobs::Uncached { block },
         }
@@ -339,11 +339,11 @@ impl TuningTable {
     /// The checked-in table for `device`: the one measured on a GPU of its name, else on one
     /// of its compute capability, else none (the fallback plans every call).
     pub fn builtin(device: &DeviceInfo) -> Option<TuningTable> {
-        let tables = BUILTIN.iter().filter_map(|(_, text)| TuningTable::parse(text).ok());
-        let tables: Vec<TuningTable> = tables.collect();
+        let mut tables: Vec<TuningTable> =
+            BUILTIN.iter().filter_map(|(_, text)| TuningTable::parse(text).ok()).collect();
         let named = tables.iter().position(|table| table.gpu == device.name);
         let same_arch = || tables.iter().position(|table| table.compute_capability == device.compute_capability);
-        named.or_else(same_arch).map(|found| tables[found].clone())
+        named.or_else(same_arch).map(|found| tables.swap_remove(found))
     }
 
     /// The table of `text` (this module's form); an `InvalidInput` error naming the line
