@@ -36,6 +36,13 @@ pub enum BuildError {
          repository root, which installs the components rust-toolchain.toml lists"
     )]
     MissingComponent { component: &'static str, looked_at: PathBuf },
+    /// The toolchain that would build the kernels is not a nightly (they need its features).
+    #[error(
+        "building the kernels needs the nightly toolchain that rust-toolchain.toml pins, found `{0}`: run \
+         `rustup toolchain install` in the repository root, or build from the shipped kernels (unset \
+         RILL_BUILD_KERNELS)"
+    )]
+    NotNightly(String),
     /// `cargo` or `rustc` could not be started.
     #[error("could not run `{program}`: {error}")]
     Spawn { program: &'static str, error: std::io::Error },
@@ -51,6 +58,16 @@ pub enum BuildError {
     #[error("{0}: {1}")]
     Io(PathBuf, std::io::Error),
 }
+
+/// The file under the host crate's `kernels/` that ships `module`'s PTX (zstd-compressed), which
+/// the host crate builds from unless `RILL_BUILD_KERNELS` asks for a build from source.
+pub fn shipped_file(module: Module) -> String {
+    format!("{}.ptx.zst", module.name())
+}
+
+/// The environment variable that asks the host crate to build its kernels from source (any
+/// value but empty or `0`), instead of unpacking the shipped ones.
+pub const BUILD_KERNELS_ENV: &str = "RILL_BUILD_KERNELS";
 
 /// One PTX build of the device crate.
 #[derive(Clone, Debug)]
@@ -230,17 +247,26 @@ fn check_arch(arch: &str) -> Result<(), BuildError> {
     }
 }
 
-/// Checks the components the NVPTX build needs, so a missing one is named instead of
-/// surfacing as an obscure linker or `core` error.
+/// Checks the toolchain is a nightly with the components the NVPTX build needs, so a missing
+/// one is named instead of surfacing as a feature, linker or `core` error.
 fn check_toolchain(crate_dir: &Path) -> Result<(), BuildError> {
-    let output = clean_command("rustc")
-        .current_dir(crate_dir)
-        .args(["--print", "sysroot"])
-        .output()
-        .map_err(|error| BuildError::Spawn { program: "rustc", error })?;
-    let sysroot = PathBuf::from(OsString::from(String::from_utf8_lossy(&output.stdout).trim().to_string()));
+    let rustc = |args: &[&str]| -> Result<String, BuildError> {
+        let output = clean_command("rustc")
+            .current_dir(crate_dir)
+            .args(args)
+            .output()
+            .map_err(|error| BuildError::Spawn { program: "rustc", error })?;
+        Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+    };
+    let version = rustc(&["-vV"])?;
+    let field = |name: &str| version.lines().find_map(|line| line.strip_prefix(name)).map(str::to_string);
+    let release = field("release: ").unwrap_or_default();
+    if !release.contains("nightly") {
+        return Err(BuildError::NotNightly(version.lines().next().unwrap_or_default().to_string()));
+    }
+    let sysroot = PathBuf::from(OsString::from(rustc(&["--print", "sysroot"])?));
     let rustlib = sysroot.join("lib").join("rustlib");
-    let host_bin = host_triple(crate_dir).map(|triple| rustlib.join(triple).join("bin"));
+    let host_bin = field("host: ").map(|triple| rustlib.join(triple).join("bin"));
     let required: [(&'static str, PathBuf); 2] = [
         ("rust-src", rustlib.join("src").join("rust").join("library").join("core")),
         (
@@ -254,11 +280,6 @@ fn check_toolchain(crate_dir: &Path) -> Result<(), BuildError> {
         }
     }
     Ok(())
-}
-
-fn host_triple(crate_dir: &Path) -> Option<String> {
-    let output = clean_command("rustc").current_dir(crate_dir).arg("-vV").output().ok()?;
-    String::from_utf8_lossy(&output.stdout).lines().find_map(|line| line.strip_prefix("host: ").map(str::to_string))
 }
 
 #[cfg(test)]

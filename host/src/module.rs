@@ -217,3 +217,38 @@ impl Modules {
         Ok(resident)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Module, ptx};
+    use std::io::Read;
+
+    /// The kernels a build outside this workspace unpacks (`kernels/`) are the ones this
+    /// source builds: after a kernel change, `cargo xtask ship-kernels` writes them anew.
+    #[test]
+    fn shipped_kernels_are_the_sources() {
+        let built_for = env!("RILL_KERNELS_BUILT_FOR");
+        if built_for != env!("RILL_KERNELS_SHIPPED_ARCH") {
+            println!("kernels built for `{built_for}` (empty: unpacked from kernels/): nothing to compare");
+            return;
+        }
+        let shipped_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");
+        for module in Module::ALL {
+            let Some(built) = ptx(module) else { continue };
+            // The builder's `shipped_file`.
+            let file = shipped_dir.join(format!("{}.ptx.zst", module.name()));
+            let compressed = std::fs::read(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            let mut shipped = String::new();
+            ruzstd::decoding::StreamingDecoder::new(compressed.as_slice())
+                .expect("a zstd frame")
+                .read_to_string(&mut shipped)
+                .expect("zstd-compressed PTX");
+            assert!(
+                shipped == built,
+                "{} differs from the {} module this source builds: run `cargo xtask ship-kernels`",
+                file.display(),
+                module.name()
+            );
+        }
+    }
+}

@@ -18,6 +18,10 @@ enum Task {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Builds every PTX module for the default arch and writes them, zstd-compressed, into
+    /// `host/kernels/`: the kernels the host crate ships, which a build outside this workspace
+    /// unpacks instead of building them (the host's tests fail until they match the source).
+    ShipKernels,
     /// Builds the release GPU test suites, benchmark, runner and this executable, and copies
     /// them into one folder (default `.gpu/`) to run on a GPU machine.
     GpuBundle {
@@ -53,7 +57,8 @@ enum Task {
 
 fn main() {
     let result = match Task::parse() {
-        Task::BuildPtx { arch, out } => build_ptx(arch, out),
+        Task::BuildPtx { arch, out } => build_ptx(arch, out).map(drop),
+        Task::ShipKernels => ship_kernels(),
         Task::GpuBundle { out } => gpu_bundle(out),
         Task::Bench { args } => bench(&args),
         Task::Tune { out, bench: built, args } => {
@@ -75,7 +80,8 @@ fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
 }
 
-fn build_ptx(arch: String, out: Option<PathBuf>) -> Result<(), String> {
+/// Builds every module for `arch` into `out` (default `target/ptx/<arch>/`); returns the files.
+fn build_ptx(arch: String, out: Option<PathBuf>) -> Result<Vec<PathBuf>, String> {
     let root = workspace_root();
     let build = rill_builder::PtxBuild {
         crate_dir: root.join("kernels-gpu"),
@@ -84,8 +90,27 @@ fn build_ptx(arch: String, out: Option<PathBuf>) -> Result<(), String> {
         arch,
         modules: rill_builder::Module::ALL.to_vec(),
     };
-    for path in build.run().map_err(|e| e.to_string())? {
+    let written = build.run().map_err(|e| e.to_string())?;
+    for path in &written {
         println!("wrote {}", path.display());
+    }
+    Ok(written)
+}
+
+/// zstd's level for the shipped kernels: near its best ratio, still seconds to compress.
+const SHIPPED_LEVEL: i32 = 19;
+
+fn ship_kernels() -> Result<(), String> {
+    let shipped = workspace_root().join("host").join("kernels");
+    std::fs::create_dir_all(&shipped).map_err(|e| format!("{}: {e}", shipped.display()))?;
+    let built = build_ptx(rill_builder::DEFAULT_ARCH.to_string(), None)?;
+    // The builder returns one file a module, in the order of the modules it was given.
+    for (module, from) in rill_builder::Module::ALL.into_iter().zip(built) {
+        let ptx = std::fs::read(&from).map_err(|e| format!("{}: {e}", from.display()))?;
+        let compressed = zstd::encode_all(ptx.as_slice(), SHIPPED_LEVEL).map_err(|e| format!("zstd: {e}"))?;
+        let to = shipped.join(rill_builder::shipped_file(module));
+        std::fs::write(&to, &compressed).map_err(|e| format!("{}: {e}", to.display()))?;
+        println!("shipped {} ({} bytes of PTX in {})", to.display(), ptx.len(), compressed.len());
     }
     Ok(())
 }
