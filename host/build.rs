@@ -1,11 +1,13 @@
-//! Puts the device crate's PTX (one file per module) into OUT_DIR, where `module.rs` embeds it:
-//! unpacked from the shipped, compressed files in `kernels/` (any toolchain, no CUDA toolkit),
-//! or, where `RILL_BUILD_KERNELS` asks (this workspace's `.cargo/config.toml` does), built from
-//! the device crate's source with the pinned nightly. `RILL_KERNELS_BUILT_FOR` tells the crate's
+//! Puts the device crate's PTX (one file per module) and its machine code for the shipped
+//! archs into OUT_DIR, where `module.rs` embeds them: unpacked from the shipped, compressed
+//! files in `kernels/` (any toolchain, no CUDA toolkit), or, where `RILL_BUILD_KERNELS` asks
+//! (this workspace's `.cargo/config.toml` does), the PTX built from the device crate's source
+//! with the pinned nightly, and the shipped machine code where the shipped PTX is that PTX
+//! (else none: an empty file, and the driver compiles the PTX). `RILL_KERNELS_BUILT_FOR` tells the crate's
 //! tests which (the arch built from source, or empty for the shipped kernels) and
 //! `RILL_KERNELS_SHIPPED_ARCH` the shipped kernels' arch.
 
-use rill_builder::{BUILD_KERNELS_ENV, DEFAULT_ARCH, Module, shipped_file};
+use rill_builder::{BUILD_KERNELS_ENV, DEFAULT_ARCH, Module, cubin_archs, shipped_cubin, shipped_file};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -20,13 +22,15 @@ fn main() {
         Module::ALL.into_iter().filter(|&module| ladder || module != Module::NormLadder).collect();
     println!("cargo::rustc-env=RILL_KERNELS_SHIPPED_ARCH={DEFAULT_ARCH}");
     let from_source = std::env::var(BUILD_KERNELS_ENV).is_ok_and(|value| !value.is_empty() && value != "0");
+    let shipped = manifest_dir.join("kernels");
     let result = if from_source {
         let arch = std::env::var("RILL_PTX_ARCH").unwrap_or_else(|_| DEFAULT_ARCH.to_string());
         println!("cargo::rustc-env=RILL_KERNELS_BUILT_FOR={arch}");
-        build(&manifest_dir.join("..").join("kernels-gpu"), out_dir, arch, modules)
+        build(&manifest_dir.join("..").join("kernels-gpu"), out_dir.clone(), arch, &modules)
+            .and_then(|()| unpack_cubins_of_shipped_ptx(&shipped, &out_dir, &modules))
     } else {
         println!("cargo::rustc-env=RILL_KERNELS_BUILT_FOR=");
-        unpack(&manifest_dir.join("kernels"), &out_dir, &modules)
+        unpack_all(&shipped, &out_dir, &modules)
     };
     if let Err(error) = result {
         eprintln!("error: {error}");
@@ -34,7 +38,7 @@ fn main() {
     }
 }
 
-fn build(crate_dir: &Path, out_dir: PathBuf, arch: String, modules: Vec<Module>) -> Result<(), String> {
+fn build(crate_dir: &Path, out_dir: PathBuf, arch: String, modules: &[Module]) -> Result<(), String> {
     if !crate_dir.join("Cargo.toml").is_file() {
         return Err(format!(
             "{BUILD_KERNELS_ENV} asks to build the kernels from source, which needs rill's repository (no {} here); \
@@ -49,24 +53,64 @@ fn build(crate_dir: &Path, out_dir: PathBuf, arch: String, modules: Vec<Module>)
         target_dir: out_dir.join("ptx-target"),
         out_dir,
         arch,
-        modules,
+        modules: modules.to_vec(),
     };
     build.run().map(drop).map_err(|error| error.to_string())
 }
 
-/// Decompresses each module's shipped PTX into `out_dir`.
-fn unpack(shipped: &Path, out_dir: &Path, modules: &[Module]) -> Result<(), String> {
+/// Decompresses each module's shipped PTX and machine code into `out_dir`.
+fn unpack_all(shipped: &Path, out_dir: &Path, modules: &[Module]) -> Result<(), String> {
     for &module in modules {
-        let from = shipped.join(shipped_file(module));
-        println!("cargo::rerun-if-changed={}", from.display());
-        let compressed = std::fs::read(&from).map_err(|e| format!("{}: {e}", from.display()))?;
-        let mut ptx = Vec::new();
-        ruzstd::decoding::StreamingDecoder::new(compressed.as_slice())
-            .map_err(|e| e.to_string())
-            .and_then(|mut decoder| decoder.read_to_end(&mut ptx).map_err(|e| e.to_string()))
-            .map_err(|e| format!("{}: not a zstd stream: {e}", from.display()))?;
-        let to = out_dir.join(format!("{}.ptx", module.name()));
-        std::fs::write(&to, ptx).map_err(|e| format!("{}: {e}", to.display()))?;
+        let ptx = unpack(&shipped.join(shipped_file(module)))?;
+        write(&out_dir.join(format!("{}.ptx", module.name())), &ptx)?;
+        for arch in cubin_archs(module) {
+            write(&cubin_path(out_dir, module, arch), &unpack(&shipped.join(shipped_cubin(module, arch)))?)?;
+        }
     }
     Ok(())
+}
+
+/// Decompresses the shipped machine code of each module whose shipped PTX is the one built
+/// in `out_dir`; for the others writes empty files (none), and says so.
+fn unpack_cubins_of_shipped_ptx(shipped: &Path, out_dir: &Path, modules: &[Module]) -> Result<(), String> {
+    for &module in modules {
+        let built = std::fs::read(out_dir.join(format!("{}.ptx", module.name()))).map_err(|e| e.to_string())?;
+        let current = unpack(&shipped.join(shipped_file(module))).is_ok_and(|ptx| ptx == built);
+        if !current {
+            println!(
+                "cargo::warning=the shipped {} kernels are not this source's: the driver compiles its PTX on first \
+                 use (`cargo xtask ship-kernels` ships them anew)",
+                module.name()
+            );
+        }
+        for arch in cubin_archs(module) {
+            let cubin = match current {
+                true => unpack(&shipped.join(shipped_cubin(module, arch)))?,
+                false => Vec::new(),
+            };
+            write(&cubin_path(out_dir, module, arch), &cubin)?;
+        }
+    }
+    Ok(())
+}
+
+/// Where `module.rs` embeds `module`'s machine code for sm_`arch` from.
+fn cubin_path(out_dir: &Path, module: Module, arch: u32) -> PathBuf {
+    out_dir.join(format!("{}.sm_{arch}.cubin", module.name()))
+}
+
+/// The bytes of zstd-compressed `file`.
+fn unpack(file: &Path) -> Result<Vec<u8>, String> {
+    println!("cargo::rerun-if-changed={}", file.display());
+    let compressed = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let mut bytes = Vec::new();
+    ruzstd::decoding::StreamingDecoder::new(compressed.as_slice())
+        .map_err(|e| e.to_string())
+        .and_then(|mut decoder| decoder.read_to_end(&mut bytes).map_err(|e| e.to_string()))
+        .map_err(|e| format!("{}: not a zstd stream: {e}", file.display()))?;
+    Ok(bytes)
+}
+
+fn write(file: &Path, bytes: &[u8]) -> Result<(), String> {
+    std::fs::write(file, bytes).map_err(|e| format!("{}: {e}", file.display()))
 }

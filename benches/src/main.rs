@@ -6,6 +6,7 @@
 //! rill-bench --from-json PATH [--from-json PATH ..] [--device TEXT] [--plot-dir DIR] [--perf PATH]
 //! rill-bench --tune PATH [--filter CLASS,..] [--dtype f32|bf16]
 //! rill-bench --compare BASE.json NEW.json
+//! rill-bench --first-use
 //! ```
 //! - elementwise ops over lengths 2^16..2^28, the softmax family over the seed articles'
 //!   sweep (49152 rows of 32..32768 columns, 768, 1000; 4096 rows of 50257..262144),
@@ -30,7 +31,8 @@
 //!   per implementation) and the report (each row's best peer and rill's ratio to it);
 //!   without python3 or torch one line says so and rill's figures stand alone;
 //! - `--tune`: the GPU's tuning table instead of the sweep (see `tune.rs`); `--compare`: one
-//!   recorded run against another, per op (see `compare.rs`);
+//!   recorded run against another, per op (see `compare.rs`); `--first-use`: how long each op
+//!   family's first call takes in a new process (see `first_use.rs`);
 //! - `--profile`: the profile table instead of the sweep; `--from-json`: the report of
 //!   recorded runs, without measuring (no GPU needed): a section per record file, in the
 //!   order given (one GPU's runs, the newest figure of each op, dtype and shape), `--device`
@@ -49,6 +51,7 @@
 mod batch_norm;
 mod compare;
 mod elementwise;
+mod first_use;
 mod fused;
 mod measure;
 mod norm;
@@ -127,6 +130,10 @@ struct Options {
     /// f32 and bf16).
     #[arg(long, value_name = "PATH")]
     tune: Option<PathBuf>,
+    /// Time each op family's first call from `Gpu::new` instead of the sweep (its module's
+    /// load; `CUDA_CACHE_DISABLE=1` for an empty JIT cache).
+    #[arg(long)]
+    first_use: bool,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -149,6 +156,8 @@ fn main() {
     let options = Options::parse();
     let result = if let Some(paths) = &options.compare {
         compare_runs(paths)
+    } else if options.first_use {
+        first_use::run()
     } else if options.from_json.is_empty() {
         match Gpu::new(0) {
             Ok(gpu) => run(gpu, &options),

@@ -65,6 +65,24 @@ pub fn shipped_file(module: Module) -> String {
     format!("{}.ptx.zst", module.name())
 }
 
+/// The archs whose machine code (cubins, compiled from the shipped PTX by `ptxas`) ships
+/// beside the PTX, so that those GPUs load a module without the driver's JIT compiling its
+/// PTX first; a cubin runs on GPUs of its major arch from its minor up (sm_80's on sm_86 and
+/// sm_89 too), and newer GPUs JIT-compile the PTX.
+pub const SHIPPED_CUBIN_ARCHS: [u32; 2] = [80, 90];
+
+/// The archs of [`SHIPPED_CUBIN_ARCHS`] `module` ships machine code for: those it builds for.
+pub fn cubin_archs(module: Module) -> impl Iterator<Item = u32> {
+    let oldest = module.needs().map_or(0, |(arch, _)| arch);
+    SHIPPED_CUBIN_ARCHS.into_iter().filter(move |&arch| arch >= oldest)
+}
+
+/// The file under the host crate's `kernels/` that ships `module`'s machine code for sm_`arch`
+/// (zstd-compressed).
+pub fn shipped_cubin(module: Module, arch: u32) -> String {
+    format!("{}.sm_{arch}.cubin.zst", module.name())
+}
+
 /// The environment variable that asks the host crate to build its kernels from source (any
 /// value but empty or `0`), instead of unpacking the shipped ones.
 pub const BUILD_KERNELS_ENV: &str = "RILL_BUILD_KERNELS";

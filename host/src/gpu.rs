@@ -132,7 +132,8 @@ impl Gpu {
 
     /// A GPU of `info` and `context`, nothing loaded or planned yet.
     fn with(info: DeviceInfo, context: Option<Context>) -> Gpu {
-        Gpu { inner: Arc::new(GpuInner { info, modules: Modules::default(), owner: Owner::new(), context }) }
+        let modules = Modules::new(info.compute_capability);
+        Gpu { inner: Arc::new(GpuInner { info, modules, owner: Owner::new(), context }) }
     }
 
     pub fn info(&self) -> &DeviceInfo {

@@ -29,6 +29,41 @@ pub fn ptx(module: Module) -> Option<&'static str> {
     }
 }
 
+/// The machine code of PTX module `module` for sm_`arch`, compiled from its PTX by `ptxas`
+/// where it ships for that arch (`host/kernels/`); `None` where it does not, or this build's
+/// PTX is not the shipped one.
+fn cubin(module: Module, arch: u32) -> Option<&'static [u8]> {
+    macro_rules! embedded {
+        ($module:literal, $arch:literal) => {
+            include_bytes!(concat!(env!("OUT_DIR"), "/", $module, ".sm_", $arch, ".cubin")).as_slice()
+        };
+    }
+    let bytes = match (module, arch) {
+        (Module::Elementwise, 80) => embedded!("elementwise", "80"),
+        (Module::Elementwise, 90) => embedded!("elementwise", "90"),
+        (Module::Softmax, 80) => embedded!("softmax", "80"),
+        (Module::Softmax, 90) => embedded!("softmax", "90"),
+        (Module::Norm, 80) => embedded!("norm", "80"),
+        (Module::Norm, 90) => embedded!("norm", "90"),
+        #[cfg(feature = "norm-ladder")]
+        (Module::NormLadder, 80) => embedded!("norm_ladder", "80"),
+        #[cfg(feature = "norm-ladder")]
+        (Module::NormLadder, 90) => embedded!("norm_ladder", "90"),
+        (Module::Cluster, 90) => embedded!("cluster", "90"),
+        (Module::BatchNorm, 80) => embedded!("batch_norm", "80"),
+        (Module::BatchNorm, 90) => embedded!("batch_norm", "90"),
+        _ => &[],
+    };
+    (!bytes.is_empty()).then_some(bytes)
+}
+
+/// The machine code of `module` a GPU of compute capability `(major, minor)` runs: of its
+/// major arch and the newest minor up to its own (machine code runs on later minors of its
+/// major, never across majors).
+fn cubin_for(module: Module, (major, minor): (u32, u32)) -> Option<&'static [u8]> {
+    (0..=minor).rev().find_map(|minor| cubin(module, 10 * major + minor))
+}
+
 /// A kernel's function handle, valid while its module is loaded (as long as the `Gpu`),
 /// with its thread limit, read once at lookup.
 #[derive(Clone, Copy)]
@@ -115,8 +150,10 @@ struct FunctionState {
     clusters: HashMap<(u32, u32, u32), u32>,
 }
 
-#[derive(Default)]
 pub(crate) struct Modules {
+    /// The GPU's, which picks the machine code a module loads; `None` where `RILL_LOAD_PTX`
+    /// asks for the PTX alone (to time the driver's compile of it).
+    compute_capability: Option<(u32, u32)>,
     loaded: Mutex<HashMap<Module, cust::module::Module>>,
     kernels: Mutex<HashMap<KernelKey, Kernel>>,
     /// By function handle (unique while its module is loaded): rill's kernels', and users'
@@ -125,6 +162,16 @@ pub(crate) struct Modules {
 }
 
 impl Modules {
+    pub(crate) fn new(compute_capability: (u32, u32)) -> Self {
+        let ptx_alone = std::env::var_os("RILL_LOAD_PTX").is_some_and(|value| !value.is_empty() && value != "0");
+        Modules {
+            compute_capability: (!ptx_alone).then_some(compute_capability),
+            loaded: Mutex::default(),
+            kernels: Mutex::default(),
+            functions: Mutex::default(),
+        }
+    }
+
     /// The kernel `key` names, loading its module on first use; `Unsupported` where the
     /// table has no such kernel. The caller has made the module's context current.
     pub(crate) fn kernel(&self, key: KernelKey) -> Result<Kernel> {
@@ -140,7 +187,7 @@ impl Modules {
         let mut loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
         let loaded_module = match loaded.entry(module) {
             Entry::Occupied(entry) => entry.into_mut(),
-            Entry::Vacant(entry) => entry.insert(cust::module::Module::from_ptx(text, &[]).during("cuModuleLoadData")?),
+            Entry::Vacant(entry) => entry.insert(self.load(module, text)?),
         };
         let function = loaded_module
             .get_function(symbol)
@@ -148,6 +195,16 @@ impl Modules {
         let kernel = Kernel::new(function.to_raw(), symbol)?;
         kernels.insert(key, kernel);
         Ok(kernel)
+    }
+
+    /// Loads `module`: its machine code for this GPU where it ships (no JIT compile), else,
+    /// or where the driver refuses it (one older than the `ptxas` that made it), its PTX `text`.
+    fn load(&self, module: Module, text: &str) -> Result<cust::module::Module> {
+        let machine_code = self.compute_capability.and_then(|capability| cubin_for(module, capability));
+        match machine_code.map(|cubin| cust::module::Module::from_cubin(cubin, &[])) {
+            Some(Ok(loaded)) => Ok(loaded),
+            _ => cust::module::Module::from_ptx(text, &[]).during("cuModuleLoadData"),
+        }
     }
 
     /// Sets `attributes` on `kernel`, but those it has already.
@@ -220,7 +277,7 @@ impl Modules {
 
 #[cfg(test)]
 mod tests {
-    use super::{Module, ptx};
+    use super::{Module, cubin, cubin_for, ptx};
     use std::io::Read;
 
     /// The kernels a build outside this workspace unpacks (`kernels/`) are the ones this
@@ -249,6 +306,24 @@ mod tests {
                 file.display(),
                 module.name()
             );
+            // Its machine code is embedded for each shipped arch it builds for.
+            let oldest = module.needs().map_or(80, |(arch, _)| arch);
+            for arch in [80, 90].into_iter().filter(|&arch| arch >= oldest) {
+                assert!(cubin(module, arch).is_some(), "no sm_{arch} machine code for {}", module.name());
+            }
+        }
+    }
+
+    /// A GPU loads machine code of its own major arch, of the newest minor up to its own.
+    #[test]
+    fn machine_code_is_of_the_gpus_major_arch_and_no_newer_minor() {
+        for module in Module::ALL {
+            assert_eq!(cubin_for(module, (8, 0)), cubin(module, 80));
+            assert_eq!(cubin_for(module, (8, 9)), cubin(module, 80));
+            assert_eq!(cubin_for(module, (9, 0)), cubin(module, 90));
+            assert_eq!(cubin_for(module, (7, 5)), None);
+            assert_eq!(cubin_for(module, (10, 0)), None);
+            assert_eq!(cubin_for(module, (12, 0)), None);
         }
     }
 }

@@ -18,10 +18,18 @@ enum Task {
         #[arg(long)]
         out: Option<PathBuf>,
     },
-    /// Builds every PTX module for the default arch and writes them, zstd-compressed, into
-    /// `host/kernels/`: the kernels the host crate ships, which a build outside this workspace
-    /// unpacks instead of building them (the host's tests fail until they match the source).
-    ShipKernels,
+    /// Builds every PTX module for the default arch, compiles each to machine code for the
+    /// shipped archs with `ptxas`, and writes them all, zstd-compressed, into `host/kernels/`:
+    /// the kernels the host crate ships, which a build outside this workspace unpacks instead
+    /// of building them. `--check` writes nothing and fails where a shipped file differs.
+    ShipKernels {
+        #[arg(long)]
+        check: bool,
+        /// The `ptxas` to compile with (default: `.cuda/nvcc/bin/ptxas`, which scripts/setup.sh
+        /// installs at the version the shipped files were made with, else the one on PATH).
+        #[arg(long)]
+        ptxas: Option<PathBuf>,
+    },
     /// Builds the release GPU test suites, benchmark, runner and this executable, and copies
     /// them into one folder (default `.gpu/`) to run on a GPU machine.
     GpuBundle {
@@ -58,7 +66,7 @@ enum Task {
 fn main() {
     let result = match Task::parse() {
         Task::BuildPtx { arch, out } => build_ptx(arch, out).map(drop),
-        Task::ShipKernels => ship_kernels(),
+        Task::ShipKernels { check, ptxas } => ship_kernels(check, ptxas),
         Task::GpuBundle { out } => gpu_bundle(out),
         Task::Bench { args } => bench(&args),
         Task::Tune { out, bench: built, args } => {
@@ -100,19 +108,89 @@ fn build_ptx(arch: String, out: Option<PathBuf>) -> Result<Vec<PathBuf>, String>
 /// zstd's level for the shipped kernels: near its best ratio, still seconds to compress.
 const SHIPPED_LEVEL: i32 = 19;
 
-fn ship_kernels() -> Result<(), String> {
-    let shipped = workspace_root().join("host").join("kernels");
-    std::fs::create_dir_all(&shipped).map_err(|e| format!("{}: {e}", shipped.display()))?;
+/// Writes the shipped kernels (`check`: compares them) from the PTX this source builds and
+/// the machine code `ptxas` makes of it.
+fn ship_kernels(check: bool, ptxas: Option<PathBuf>) -> Result<(), String> {
+    use rill_builder::{Module, cubin_archs, shipped_cubin, shipped_file};
+    let root = workspace_root();
+    let local_ptxas = root.join(".cuda").join("nvcc").join("bin").join("ptxas");
+    let ptxas = ptxas.unwrap_or_else(|| if local_ptxas.is_file() { local_ptxas } else { PathBuf::from("ptxas") });
     let built = build_ptx(rill_builder::DEFAULT_ARCH.to_string(), None)?;
+    let cubin_dir = root.join("target").join("ptx").join("cubin");
+    std::fs::create_dir_all(&cubin_dir).map_err(|e| format!("{}: {e}", cubin_dir.display()))?;
     // The builder returns one file a module, in the order of the modules it was given.
-    for (module, from) in rill_builder::Module::ALL.into_iter().zip(built) {
-        let ptx = std::fs::read(&from).map_err(|e| format!("{}: {e}", from.display()))?;
-        let compressed = zstd::encode_all(ptx.as_slice(), SHIPPED_LEVEL).map_err(|e| format!("zstd: {e}"))?;
-        let to = shipped.join(rill_builder::shipped_file(module));
-        std::fs::write(&to, &compressed).map_err(|e| format!("{}: {e}", to.display()))?;
-        println!("shipped {} ({} bytes of PTX in {})", to.display(), ptx.len(), compressed.len());
+    let ptx_files: Vec<(Module, PathBuf)> = Module::ALL.into_iter().zip(built).collect();
+    let cubins: Vec<(String, PathBuf)> = std::thread::scope(|scope| {
+        let jobs: Vec<_> = ptx_files
+            .iter()
+            .flat_map(|(module, ptx)| cubin_archs(*module).map(move |arch| (*module, ptx, arch)))
+            .map(|(module, ptx, arch)| {
+                let cubin = cubin_dir.join(format!("{}.sm_{arch}.cubin", module.name()));
+                let ptxas = &ptxas;
+                scope.spawn(move || {
+                    compile_cubin(ptxas, ptx, arch, &cubin).map(|()| (shipped_cubin(module, arch), cubin))
+                })
+            })
+            .collect();
+        jobs.into_iter().map(|job| job.join().expect("a ptxas thread panicked")).collect::<Result<_, _>>()
+    })?;
+    let files = ptx_files.iter().map(|(module, ptx)| (shipped_file(*module), ptx.clone())).chain(cubins);
+    let shipped = root.join("host").join("kernels");
+    std::fs::create_dir_all(&shipped).map_err(|e| format!("{}: {e}", shipped.display()))?;
+    let mut differing = Vec::new();
+    let mut names = Vec::new();
+    for (name, from) in files {
+        let bytes = std::fs::read(&from).map_err(|e| format!("{}: {e}", from.display()))?;
+        let to = shipped.join(&name);
+        if check {
+            let current = std::fs::read(&to).ok().and_then(|compressed| zstd::decode_all(compressed.as_slice()).ok());
+            if current.as_ref() != Some(&bytes) {
+                differing.push(name.clone());
+            }
+        } else {
+            let compressed = zstd::encode_all(bytes.as_slice(), SHIPPED_LEVEL).map_err(|e| format!("zstd: {e}"))?;
+            std::fs::write(&to, &compressed).map_err(|e| format!("{}: {e}", to.display()))?;
+            println!("shipped {} ({} bytes in {})", to.display(), bytes.len(), compressed.len());
+        }
+        names.push(name);
+    }
+    // Files of modules or archs no longer shipped.
+    let entries = std::fs::read_dir(&shipped).map_err(|e| format!("{}: {e}", shipped.display()))?;
+    for entry in entries.filter_map(|entry| entry.ok()) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !names.contains(&name) {
+            if check {
+                differing.push(name);
+            } else {
+                std::fs::remove_file(entry.path()).map_err(|e| format!("{name}: {e}"))?;
+            }
+        }
+    }
+    if !differing.is_empty() {
+        return Err(format!(
+            "host/kernels/ differs from what this source builds ({}): run `cargo xtask ship-kernels`",
+            differing.join(", ")
+        ));
+    }
+    if check {
+        println!("the shipped kernels are what this source builds");
     }
     Ok(())
+}
+
+/// `ptxas` of `ptx` for sm_`arch` into `cubin`.
+fn compile_cubin(ptxas: &Path, ptx: &Path, arch: u32, cubin: &Path) -> Result<(), String> {
+    let status = Command::new(ptxas)
+        .arg(format!("-arch=sm_{arch}"))
+        .arg(ptx)
+        .arg("-o")
+        .arg(cubin)
+        .status()
+        .map_err(|e| format!("could not run {} ({e}): run scripts/setup.sh, or give --ptxas", ptxas.display()))?;
+    match status.success() {
+        true => Ok(()),
+        false => Err(format!("{} -arch=sm_{arch} {} failed ({status})", ptxas.display(), ptx.display())),
+    }
 }
 
 fn cargo(root: &Path, args: &[&str]) -> Result<String, String> {
