@@ -99,29 +99,30 @@ pub fn sweep(bench: &mut Bench) -> rill::Result<()> {
     // The same kernel launched by the driver alone: `cuLaunchKernel` on a handle looked up
     // once, the context left current by the calls above. What rill's thinnest path adds is
     // the difference.
-    let failed = |call| {
-        move |error: cust::error::CudaError| rill::Error::Driver {
-            call,
-            code: error as u32,
-            message: error.to_string(),
-        }
+    use cudarc::driver::sys::{self, CUresult};
+    let checked = |call, code: CUresult| match code {
+        CUresult::CUDA_SUCCESS => Ok(()),
+        _ => Err(rill::Error::Driver { call, code: code as u32, message: format!("{code:?}") }),
     };
-    let module = cust::module::Module::from_ptx(rill_example_fused_dequant_softmax::PTX, &[])
-        .map_err(failed("cuModuleLoadData"))?;
-    let function = module.get_function("dequantize").map_err(failed("cuModuleGetFunction"))?.to_raw();
+    let ptx = std::ffi::CString::new(rill_example_fused_dequant_softmax::PTX).expect("PTX holds no NUL");
+    let (mut module, mut function) = (null_mut(), null_mut());
+    // SAFETY: NUL-terminated PTX and name; each call writes one handle (in rill's context,
+    // current after the calls above).
+    unsafe {
+        checked("cuModuleLoadData", sys::cuModuleLoadData(&mut module, ptx.as_ptr().cast()))?;
+        checked("cuModuleGetFunction", sys::cuModuleGetFunction(&mut function, module, c"dequantize".as_ptr()))?;
+    }
     let mut driver = |s: &rill::Stream| {
         let mut params = [&nothing as *const Dequantize as *mut std::ffi::c_void];
-        // SAFETY: the handle is the loaded module's (alive for the loop), the kernel takes
-        // `Dequantize` by value, and over no rows it reads and writes nothing.
-        let code = unsafe {
-            cust::sys::cuLaunchKernel(function, 1, 1, 1, 32, 1, 1, 0, s.as_raw(), params.as_mut_ptr(), null_mut())
-        };
-        match code {
-            cust::sys::cudaError_enum::CUDA_SUCCESS => Ok(()),
-            _ => Err(rill::Error::Driver { call: "cuLaunchKernel", code: code as u32, message: format!("{code:?}") }),
-        }
+        // SAFETY: the handle is the loaded module's, the kernel takes `Dequantize` by value,
+        // and over no rows it reads and writes nothing.
+        let code =
+            unsafe { sys::cuLaunchKernel(function, 1, 1, 1, 32, 1, 1, 0, s.as_raw(), params.as_mut_ptr(), null_mut()) };
+        checked("cuLaunchKernel", code)
     };
     record(bench, "small_driver_launch", &[0], 0, copy, &mut driver)?;
+    // SAFETY: the module is loaded above, and its function is not used after this.
+    unsafe { checked("cuModuleUnload", sys::cuModuleUnload(module))? };
     decode_block(bench)?;
     for log2 in ELEMENTWISE_LOG2 {
         let len = 1usize << log2;

@@ -1,7 +1,6 @@
 //! The one error type of the library.
 
-use cust::error::CudaError;
-use cust::sys::CUresult;
+use crate::driver::sys::{self, CUresult};
 
 /// What went wrong, in three kinds: the input is not acceptable, the device or build cannot
 /// do it, or the driver failed.
@@ -36,12 +35,6 @@ pub(crate) trait DriverContext<T> {
     fn during(self, call: &'static str) -> Result<T>;
 }
 
-impl<T> DriverContext<T> for cust::error::CudaResult<T> {
-    fn during(self, call: &'static str) -> Result<T> {
-        self.map_err(|error: CudaError| Error::Driver { call, code: error as u32, message: error.to_string() })
-    }
-}
-
 impl DriverContext<()> for CUresult {
     fn during(self, call: &'static str) -> Result<()> {
         if self == CUresult::CUDA_SUCCESS {
@@ -50,7 +43,7 @@ impl DriverContext<()> for CUresult {
         let mut text: *const std::ffi::c_char = std::ptr::null();
         // SAFETY: cuGetErrorString writes a pointer to a static string, or leaves it null.
         let message = unsafe {
-            cust::sys::cuGetErrorString(self, &mut text);
+            sys::cuGetErrorString(self, &mut text);
             if text.is_null() {
                 "unknown error".to_string()
             } else {

@@ -7,6 +7,7 @@
 //! against those the kernels were built with (`<name>_facts` in the PTX); their `run` plans
 //! the path, pack, block and grid as rill's own op does and launches.
 
+use crate::driver::{LoadedModule, sys};
 use crate::error::{DriverContext, Error, Result, invalid};
 use crate::gpu::Gpu;
 use crate::gpu::Owner;
@@ -28,7 +29,8 @@ use std::sync::{Mutex, PoisonError};
 /// A user's PTX module, loaded into a GPU's primary context, with the kernels looked up so
 /// far.
 pub struct FusedModule {
-    module: cust::sys::CUmodule,
+    // Unloaded after `drop` forgot its kernels, before the context goes (fields drop in order).
+    module: LoadedModule,
     /// The kernels and globals the PTX declares: a name outside them is answered here,
     /// without a failing driver call (which the sanitizers would report).
     symbols: HashSet<String>,
@@ -43,12 +45,6 @@ pub struct FusedModule {
     // Keeps the context alive until the module is unloaded (in `drop`).
     gpu: Gpu,
 }
-
-// SAFETY: a module handle and its functions may be used from any thread of the context;
-// the kernel cache is behind a mutex.
-unsafe impl Send for FusedModule {}
-// SAFETY: as above.
-unsafe impl Sync for FusedModule {}
 
 impl FusedModule {
     /// Loads `ptx` (the driver JIT-compiles it for this GPU).
@@ -76,15 +72,12 @@ impl FusedModule {
     /// # }
     /// ```
     pub fn load(gpu: &Gpu, ptx: &str) -> Result<FusedModule> {
-        let Ok(text) = CString::new(ptx) else {
+        if ptx.contains('\0') {
             invalid!("the PTX text holds a NUL byte: give the file rill-builder wrote");
-        };
+        }
         gpu.bind()?;
-        let mut module = std::ptr::null_mut();
-        // SAFETY: `text` is a NUL-terminated PTX string; the driver writes one module handle.
-        unsafe { cust::sys::cuModuleLoadData(&mut module, text.as_ptr().cast()) }.during("cuModuleLoadData")?;
         let mut loaded = FusedModule {
-            module,
+            module: LoadedModule::from_ptx(ptx)?,
             symbols: declared_symbols(ptx),
             kernels: Mutex::default(),
             facts: HashMap::new(),
@@ -161,13 +154,10 @@ impl FusedModule {
         if !self.symbols.contains(symbol) {
             return Err(Error::Unsupported(format!("the fused module has no kernel `{symbol}`")));
         }
-        let name =
-            CString::new(symbol).map_err(|_| Error::InvalidInput(format!("kernel name {symbol:?} holds NUL")))?;
         self.gpu.bind()?;
-        let mut function = std::ptr::null_mut();
-        // SAFETY: a loaded module and a NUL-terminated name; writes one function handle.
-        unsafe { cust::sys::cuModuleGetFunction(&mut function, self.module, name.as_ptr()) }
-            .during("cuModuleGetFunction")?;
+        let function = self.module.function(symbol).ok_or_else(|| {
+            Error::Unsupported(format!("the fused module declares `{symbol}` but the driver finds no such kernel"))
+        })?;
         // The symbol names the launch's NVTX range for the module's life: a few dozen
         // names a module, leaked once each.
         let kernel = Kernel::new(function, Box::leak(symbol.to_string().into_boxed_str()))?;
@@ -212,7 +202,7 @@ impl FusedModule {
         self.gpu.bind()?;
         let (mut address, mut bytes) = (0, 0usize);
         // SAFETY: a loaded module and a NUL-terminated name; writes an address and a size.
-        unsafe { cust::sys::cuModuleGetGlobal_v2(&mut address, &mut bytes, self.module, global.as_ptr()) }
+        unsafe { sys::cuModuleGetGlobal_v2(&mut address, &mut bytes, self.module.as_raw(), global.as_ptr()) }
             .during("cuModuleGetGlobal")?;
         if bytes != size_of::<FusedFacts>() {
             invalid!(
@@ -222,7 +212,7 @@ impl FusedModule {
         let mut words = [0u32; size_of::<FusedFacts>() / 4];
         // SAFETY: copies the global's `size_of::<FusedFacts>()` bytes into `words`, as many.
         unsafe {
-            cust::sys::cuMemcpyDtoH_v2(words.as_mut_ptr().cast(), address, bytes).during("cuMemcpyDtoH")?;
+            sys::cuMemcpyDtoH_v2(words.as_mut_ptr().cast(), address, bytes).during("cuMemcpyDtoH")?;
         }
         let [family, extra_bytes, pack, cache_bytes_per_col, weight, inputs, broadcasts_last_input, transforms] = words;
         // The family is read as a word, not copied into the enum: a word no family has would
@@ -250,15 +240,13 @@ impl FusedModule {
 
 impl Drop for FusedModule {
     fn drop(&mut self) {
-        // SAFETY: the module was loaded by `load` and is unloaded once; its kernels go with
-        // it (every `Kernel` copy lives in `kernels`, `row_plans` or a call that borrowed
-        // `self`). A failure leaves nothing to undo.
+        // The module unloads next (its field drops), and its kernels go with it: every
+        // `Kernel` copy lives in `kernels`, the remembered plans forgotten here, or a call
+        // that borrowed `self`. The context is made current for the unload; a failure
+        // leaves nothing to undo.
         let kernels = self.kernels.get_mut().unwrap_or_else(PoisonError::into_inner);
         self.gpu.modules().forget(kernels.values().map(|kernel| kernel.function));
-        unsafe {
-            let _ = self.gpu.bind();
-            cust::sys::cuModuleUnload(self.module);
-        }
+        let _ = self.gpu.bind();
     }
 }
 

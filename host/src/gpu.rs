@@ -1,10 +1,8 @@
 //! Device, context and stream handling.
 
+use crate::driver::{self, OwnedStream, PrimaryContext, sys};
 use crate::error::{DriverContext, Error, Result, invalid};
 use crate::module::Modules;
-use cust::context::{Context, CurrentContext};
-use cust::device::{Device, DeviceAttribute};
-use cust::stream::{Stream as CudaStream, StreamFlags};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -55,7 +53,7 @@ struct GpuInner {
     /// Who this GPU's kernels are to caches kept above it (the row engine's plans).
     owner: Owner,
     /// `None` for an offline GPU ([`Gpu::offline`]).
-    context: Option<Context>,
+    context: Option<PrimaryContext>,
 }
 
 /// The driver's `CUDA_ERROR_NO_DEVICE`, which an offline GPU's driver calls fail with.
@@ -64,26 +62,25 @@ const NO_DEVICE: u32 = 100;
 impl Gpu {
     /// Opens GPU `ordinal`. Fails with a driver error where there is no CUDA device.
     pub fn new(ordinal: u32) -> Result<Gpu> {
-        cust::init(cust::CudaFlags::empty()).during("cuInit")?;
-        let device = Device::get_device(ordinal).during("cuDeviceGet")?;
-        let context = Context::new(device).during("cuDevicePrimaryCtxRetain")?;
-        let attribute = |attr| device.get_attribute(attr).during("cuDeviceGetAttribute").map(|v| v as u32);
+        use sys::CUdevice_attribute::*;
+        let device = driver::device(ordinal)?;
+        let context = PrimaryContext::retain(device)?;
+        context.make_current()?;
+        let attribute = |attribute| driver::attribute(device, attribute).map(|value| value.max(0) as u32);
         let info = DeviceInfo {
-            name: device.name().during("cuDeviceGetName")?,
+            name: driver::name(device)?,
             ordinal,
             compute_capability: (
-                attribute(DeviceAttribute::ComputeCapabilityMajor)?,
-                attribute(DeviceAttribute::ComputeCapabilityMinor)?,
+                attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+                attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
             ),
-            multiprocessors: attribute(DeviceAttribute::MultiprocessorCount)?,
-            max_threads_per_multiprocessor: attribute(DeviceAttribute::MaxThreadsPerMultiprocessor)?,
-            max_shared_bytes_per_block_optin: shared_memory_per_block_optin(device)?,
-            max_shared_bytes_per_multiprocessor: attribute(DeviceAttribute::MaxSharedMemoryPerMultiprocessor)?,
-            l2_bytes: attribute(DeviceAttribute::L2CacheSize)?,
+            multiprocessors: attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+            max_threads_per_multiprocessor: attribute(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)?,
+            max_shared_bytes_per_block_optin: attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+            max_shared_bytes_per_multiprocessor: attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)?,
+            l2_bytes: attribute(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?,
             dram_bytes_per_second: dram_bytes_per_second(device),
-            driver_api: cust::CudaApiVersion::get()
-                .map(|v| (v.major() as u32, v.minor() as u32))
-                .during("cuDriverGetVersion")?,
+            driver_api: driver::driver_version()?,
         };
         Ok(Gpu::with(info, Some(context)))
     }
@@ -131,7 +128,7 @@ impl Gpu {
     }
 
     /// A GPU of `info` and `context`, nothing loaded or planned yet.
-    fn with(info: DeviceInfo, context: Option<Context>) -> Gpu {
+    fn with(info: DeviceInfo, context: Option<PrimaryContext>) -> Gpu {
         let modules = Modules::new(info.compute_capability);
         Gpu { inner: Arc::new(GpuInner { info, modules, owner: Owner::new(), context }) }
     }
@@ -147,15 +144,14 @@ impl Gpu {
             return Ok(Stream { handle: Handle::Borrowed(std::ptr::null_mut()), gpu: self.clone() });
         }
         self.bind()?;
-        let stream = CudaStream::new(StreamFlags::NON_BLOCKING, None).during("cuStreamCreate")?;
-        Ok(Stream { handle: Handle::Owned(stream), gpu: self.clone() })
+        Ok(Stream { handle: Handle::Owned(OwnedStream::non_blocking()?), gpu: self.clone() })
     }
 
     /// Makes this GPU's context current on the calling thread; every driver call goes
     /// through here first, so a `Gpu` may be used from any thread.
     pub(crate) fn bind(&self) -> Result<()> {
         match &self.inner.context {
-            Some(context) => CurrentContext::set_current(context).during("cuCtxSetCurrent"),
+            Some(context) => context.make_current(),
             None => Err(Error::Driver {
                 call: "cuCtxSetCurrent",
                 code: NO_DEVICE,
@@ -176,7 +172,7 @@ impl Gpu {
 
 /// A raw CUDA stream handle (`CUstream`), as other CUDA libraries hand them out: cudarc's
 /// `CudaStream::cu_stream()`, PyTorch's `torch.cuda.current_stream().cuda_stream`.
-pub type RawStream = cust::sys::CUstream;
+pub type RawStream = sys::CUstream;
 
 /// A CUDA stream: ops are queued on it and run in order, asynchronously to the host.
 pub struct Stream {
@@ -187,7 +183,7 @@ pub struct Stream {
 
 /// Whether the stream is this library's to destroy.
 enum Handle {
-    Owned(CudaStream),
+    Owned(OwnedStream),
     /// Another library's stream: never destroyed here.
     Borrowed(RawStream),
 }
@@ -227,8 +223,8 @@ impl Stream {
         if !raw.is_null() {
             let mut context = std::ptr::null_mut();
             // SAFETY: the caller's promise that `raw` is a live stream; writes one handle.
-            unsafe { cust::sys::cuStreamGetCtx(raw, &mut context) }.during("cuStreamGetCtx")?;
-            if Some(context) != gpu.inner.context.as_ref().map(Context::as_raw) {
+            unsafe { sys::cuStreamGetCtx(raw, &mut context) }.during("cuStreamGetCtx")?;
+            if Some(context) != gpu.inner.context.as_ref().map(PrimaryContext::as_raw) {
                 invalid!(
                     "the stream belongs to another CUDA context than GPU {}'s primary one: create it in the \
                      primary context (cudarc's `CudaContext::new`, PyTorch's default) or open that device",
@@ -246,7 +242,7 @@ impl Stream {
     /// The driver's handle, to queue another library's work in order with rill's.
     pub fn as_raw(&self) -> RawStream {
         match &self.handle {
-            Handle::Owned(stream) => stream.as_inner(),
+            Handle::Owned(stream) => stream.as_raw(),
             Handle::Borrowed(raw) => *raw,
         }
     }
@@ -255,7 +251,7 @@ impl Stream {
     pub fn synchronize(&self) -> Result<()> {
         self.gpu.bind()?;
         // SAFETY: the handle is live (owned, or the `from_raw` caller's promise).
-        unsafe { cust::sys::cuStreamSynchronize(self.as_raw()) }.during("cuStreamSynchronize")
+        unsafe { sys::cuStreamSynchronize(self.as_raw()) }.during("cuStreamSynchronize")
     }
 
     /// Device time of the work `work` queues on this stream, in milliseconds, measured
@@ -269,8 +265,8 @@ impl Stream {
         let mut millis = 0.0f32;
         // SAFETY: both events are live and recorded; writes one float.
         unsafe {
-            cust::sys::cuEventSynchronize(end.0).during("cuEventSynchronize")?;
-            cust::sys::cuEventElapsedTime(&mut millis, start.0, end.0).during("cuEventElapsedTime")?;
+            sys::cuEventSynchronize(end.0).during("cuEventSynchronize")?;
+            sys::cuEventElapsedTime(&mut millis, start.0, end.0).during("cuEventElapsedTime")?;
         }
         Ok(millis)
     }
@@ -305,28 +301,28 @@ impl Stream {
     /// # }
     /// ```
     pub fn capture(&self, record: impl FnOnce(&Stream) -> Result<()>) -> Result<Graph> {
-        use cust::sys::CUstreamCaptureMode_enum::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        use sys::CUstreamCaptureMode_enum::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
         self.gpu.bind()?;
         // SAFETY: the handle is live; capture ends below on every path.
-        unsafe { cust::sys::cuStreamBeginCapture_v2(self.as_raw(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) }
+        unsafe { sys::cuStreamBeginCapture_v2(self.as_raw(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) }
             .during("cuStreamBeginCapture")?;
         let recorded = record(self);
         let mut graph = std::ptr::null_mut();
         // SAFETY: ends the capture begun above; writes one graph handle (null where it failed).
-        let ended = unsafe { cust::sys::cuStreamEndCapture(self.as_raw(), &mut graph) }.during("cuStreamEndCapture");
+        let ended = unsafe { sys::cuStreamEndCapture(self.as_raw(), &mut graph) }.during("cuStreamEndCapture");
         let graph = GraphHandle(graph);
         recorded?;
         ended?;
         let mut exec = std::ptr::null_mut();
         // SAFETY: a graph the capture made; writes one executable handle.
-        unsafe { cust::sys::cuGraphInstantiateWithFlags(&mut exec, graph.0, 0) }.during("cuGraphInstantiate")?;
+        unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph.0, 0) }.during("cuGraphInstantiate")?;
         Ok(Graph { exec, _graph: graph, gpu: self.gpu.clone() })
     }
 }
 
 /// Work recorded from a stream ([`Stream::capture`]), replayed by one launch.
 pub struct Graph {
-    exec: cust::sys::CUgraphExec,
+    exec: sys::CUgraphExec,
     _graph: GraphHandle,
     // Keeps the context alive until the graph is destroyed.
     gpu: Gpu,
@@ -344,7 +340,7 @@ impl Graph {
     pub fn launch(&self, stream: &Stream) -> Result<()> {
         self.gpu.bind()?;
         // SAFETY: a live executable graph and a live stream handle.
-        unsafe { cust::sys::cuGraphLaunch(self.exec, stream.as_raw()) }.during("cuGraphLaunch")
+        unsafe { sys::cuGraphLaunch(self.exec, stream.as_raw()) }.during("cuGraphLaunch")
     }
 }
 
@@ -354,37 +350,37 @@ impl Drop for Graph {
         // (the driver lets launched work finish first); a failure leaves nothing to undo.
         unsafe {
             let _ = self.gpu.bind();
-            cust::sys::cuGraphExecDestroy(self.exec);
+            sys::cuGraphExecDestroy(self.exec);
         }
     }
 }
 
 /// A captured graph, destroyed when dropped (null where the capture made none).
-struct GraphHandle(cust::sys::CUgraph);
+struct GraphHandle(sys::CUgraph);
 
 impl Drop for GraphHandle {
     fn drop(&mut self) {
         if !self.0.is_null() {
             // SAFETY: a graph the capture made, destroyed once.
-            unsafe { cust::sys::cuGraphDestroy(self.0) };
+            unsafe { sys::cuGraphDestroy(self.0) };
         }
     }
 }
 
-/// A CUDA event on any stream handle (cust's `Event` records only on its own `Stream`).
-struct RawEvent(cust::sys::CUevent);
+/// A CUDA event on any stream handle.
+struct RawEvent(sys::CUevent);
 
 impl RawEvent {
     fn new() -> Result<RawEvent> {
         let mut event = std::ptr::null_mut();
         // SAFETY: writes one handle, owned by the returned value.
-        unsafe { cust::sys::cuEventCreate(&mut event, 0) }.during("cuEventCreate")?;
+        unsafe { sys::cuEventCreate(&mut event, 0) }.during("cuEventCreate")?;
         Ok(RawEvent(event))
     }
 
     fn record(&self, stream: &Stream) -> Result<()> {
         // SAFETY: the event is live, the stream's handle too.
-        unsafe { cust::sys::cuEventRecord(self.0, stream.as_raw()) }.during("cuEventRecord")
+        unsafe { sys::cuEventRecord(self.0, stream.as_raw()) }.during("cuEventRecord")
     }
 }
 
@@ -392,25 +388,17 @@ impl Drop for RawEvent {
     fn drop(&mut self) {
         // SAFETY: the event was created by `new` and is destroyed once; a failure leaves
         // nothing to undo.
-        unsafe { cust::sys::cuEventDestroy_v2(self.0) };
+        unsafe { sys::cuEventDestroy_v2(self.0) };
     }
 }
 
 /// The DRAM's peak bandwidth: two transfers a memory clock (kHz) over the bus (bits). 0
 /// where the driver does not report them (an attribute a driver may drop), which leaves
 /// the planner on its plans for the slower DRAM rather than failing to open the device.
-fn dram_bytes_per_second(device: Device) -> u64 {
-    let attribute = |attr| device.get_attribute(attr).map_or(0, |v| v.max(0) as u64);
+fn dram_bytes_per_second(device: sys::CUdevice) -> u64 {
+    use sys::CUdevice_attribute::*;
+    let attribute = |attribute| driver::attribute(device, attribute).map_or(0, |value| value.max(0) as u64);
     let (clock_khz, bus_bits) =
-        (attribute(DeviceAttribute::MemoryClockRate), attribute(DeviceAttribute::GlobalMemoryBusWidth));
+        (attribute(CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE), attribute(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH));
     2 * clock_khz * 1000 * bus_bits / 8
-}
-
-/// `CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`, which cust's enum lacks.
-fn shared_memory_per_block_optin(device: Device) -> Result<u32> {
-    let attribute = cust::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN;
-    let mut value = 0i32;
-    // SAFETY: writes one int for a valid device and attribute.
-    unsafe { cust::sys::cuDeviceGetAttribute(&mut value, attribute, device.as_raw()).during("cuDeviceGetAttribute")? };
-    Ok(value.max(0) as u32)
 }

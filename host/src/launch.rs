@@ -1,9 +1,9 @@
 //! Launch geometry and the single place kernels are launched.
 
+use crate::driver::sys::{self, cuLaunchKernel};
 use crate::error::{DriverContext, Result};
 use crate::gpu::{DeviceInfo, Stream};
 use crate::module::Kernel;
-use cust::sys::cuLaunchKernel;
 use std::ffi::c_void;
 use std::ptr::null_mut;
 
@@ -59,8 +59,7 @@ pub(crate) unsafe fn launch<P: Copy>(stream: &Stream, kernel: Kernel, config: La
         let ex = clusters::config(config, stream.as_raw(), &mut attribute);
         // SAFETY: as below; `ex` points at `attribute`, alive for the call.
         unsafe {
-            clusters::cuLaunchKernelEx(&ex, kernel.function, param_ptrs.as_mut_ptr(), null_mut())
-                .during("cuLaunchKernelEx")
+            sys::cuLaunchKernelEx(&ex, kernel.function, param_ptrs.as_mut_ptr(), null_mut()).during("cuLaunchKernelEx")
         }
     } else {
         let LaunchConfig { grid, block, shared_bytes, .. } = config;
@@ -85,8 +84,8 @@ pub(crate) fn active_clusters(kernel: Kernel, config: LaunchConfig) -> Result<u3
     if config.cluster > clusters::PORTABLE_SIZE {
         // SAFETY: sets an attribute of a loaded function.
         unsafe {
-            clusters::set_function_attribute(kernel.function, clusters::NON_PORTABLE_SIZE_ALLOWED, 1)
-                .during("cuFuncSetAttribute")?;
+            let allowed = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED;
+            sys::cuFuncSetAttribute(kernel.function, allowed, 1).during("cuFuncSetAttribute")?;
         }
     }
     let mut attribute = clusters::cluster_attribute(config.cluster);
@@ -94,97 +93,46 @@ pub(crate) fn active_clusters(kernel: Kernel, config: LaunchConfig) -> Result<u3
     let mut count = 0i32;
     // SAFETY: writes one int; `ex` points at `attribute`, alive for the call.
     unsafe {
-        clusters::cuOccupancyMaxActiveClusters(&mut count, kernel.function, &ex)
-            .during("cuOccupancyMaxActiveClusters")?;
+        sys::cuOccupancyMaxActiveClusters(&mut count, kernel.function, &ex).during("cuOccupancyMaxActiveClusters")?;
     }
     Ok(count.max(0) as u32)
 }
 
-/// The driver's extended launch (CUDA 12.0), which cust's CUDA 11 bindings lack: declared
-/// here after `cuda.h`, and used only for launches with clusters.
+/// The driver's extended launch (CUDA 12.0), used only for launches with clusters.
 mod clusters {
     use super::LaunchConfig;
-    use cust::sys::{CUfunction, CUresult, CUstream};
-    use std::ffi::c_void;
-
-    /// `CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`.
-    const CLUSTER_DIMENSION: u32 = 4;
-
-    /// `CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED`.
-    pub(super) const NON_PORTABLE_SIZE_ALLOWED: i32 = 14;
+    use crate::driver::sys::{
+        CUlaunchAttribute, CUlaunchAttributeID, CUlaunchAttributeValue, CUlaunchAttributeValue_union__bindgen_ty_1,
+        CUlaunchConfig, CUstream,
+    };
 
     /// Blocks per cluster every sm_90 GPU runs.
     pub(super) const PORTABLE_SIZE: u32 = 8;
 
-    /// `CUlaunchAttribute`: an id, padding to 8 bytes, and a 64-byte value union (for the
-    /// cluster dimension: x, y, z), 8-byte aligned as the union's pointer members make it.
-    #[repr(C, align(8))]
-    pub(super) struct LaunchAttribute {
-        id: u32,
-        pad: u32,
-        value: [u32; 16],
-    }
-
-    /// `CUlaunchConfig`.
-    #[repr(C)]
-    pub(super) struct LaunchConfigEx {
-        grid: [u32; 3],
-        block: [u32; 3],
-        shared_bytes: u32,
-        stream: CUstream,
-        attributes: *mut LaunchAttribute,
-        attribute_count: u32,
-    }
-
-    pub(super) fn cluster_attribute(blocks: u32) -> LaunchAttribute {
-        let mut value = [0; 16];
-        value[..3].copy_from_slice(&[blocks, 1, 1]);
-        LaunchAttribute { id: CLUSTER_DIMENSION, pad: 0, value }
-    }
-
-    pub(super) fn config(config: LaunchConfig, stream: CUstream, attribute: &mut LaunchAttribute) -> LaunchConfigEx {
-        LaunchConfigEx {
-            grid: [config.grid, 1, 1],
-            block: [config.block, 1, 1],
-            shared_bytes: config.shared_bytes,
-            stream,
-            attributes: attribute,
-            attribute_count: 1,
+    /// The launch attribute of clusters of `blocks` blocks.
+    pub(super) fn cluster_attribute(blocks: u32) -> CUlaunchAttribute {
+        CUlaunchAttribute {
+            id: CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+            pad: [0; 4],
+            value: CUlaunchAttributeValue {
+                clusterDim: CUlaunchAttributeValue_union__bindgen_ty_1 { x: blocks, y: 1, z: 1 },
+            },
         }
     }
 
-    unsafe extern "C" {
-        pub(super) fn cuLaunchKernelEx(
-            config: *const LaunchConfigEx,
-            function: CUfunction,
-            params: *mut *mut c_void,
-            extra: *mut *mut c_void,
-        ) -> CUresult;
-        pub(super) fn cuOccupancyMaxActiveClusters(
-            count: *mut i32,
-            function: CUfunction,
-            config: *const LaunchConfigEx,
-        ) -> CUresult;
-    }
-
-    // `cuFuncSetAttribute` with the attribute as a plain int: cust's enum stops before the
-    // cluster attributes, and an out-of-range enum value would be undefined behaviour.
-    #[allow(clashing_extern_declarations)]
-    unsafe extern "C" {
-        #[link_name = "cuFuncSetAttribute"]
-        pub(super) fn set_function_attribute(function: CUfunction, attribute: i32, value: i32) -> CUresult;
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::*;
-
-        #[test]
-        fn layouts_match_cuda_h() {
-            // sizeof(CUlaunchAttribute) and sizeof(CUlaunchConfig) on x86-64.
-            assert_eq!(size_of::<LaunchAttribute>(), 72);
-            assert_eq!(size_of::<LaunchConfigEx>(), 56);
-            assert_eq!(std::mem::offset_of!(LaunchConfigEx, stream), 32);
+    /// `config` on `stream` with `attribute`, which must outlive the driver call it is for.
+    pub(super) fn config(config: LaunchConfig, stream: CUstream, attribute: &mut CUlaunchAttribute) -> CUlaunchConfig {
+        CUlaunchConfig {
+            gridDimX: config.grid,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: config.block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: config.shared_bytes,
+            hStream: stream,
+            attrs: attribute,
+            numAttrs: 1,
         }
     }
 }

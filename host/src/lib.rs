@@ -16,6 +16,7 @@
 //! Every op validates its arguments before launching: a wrong shape, dtype or view is an
 //! [`Error::InvalidInput`] that says what to change, never a panic or a wrong answer.
 
+mod driver;
 mod error;
 pub mod fuse;
 mod gpu;

@@ -1,11 +1,12 @@
 //! The PTX modules, embedded at build time and loaded once each, on first use, and the
 //! function handles of their kernels, cached per [`KernelKey`].
 
-use crate::error::{DriverContext, Error, Result};
-use cust::sys::{
+use crate::driver::LoadedModule;
+use crate::driver::sys::{
     CUfunction, CUfunction_attribute, cuFuncGetAttribute, cuFuncSetAttribute,
     cuOccupancyMaxActiveBlocksPerMultiprocessor,
 };
+use crate::error::{DriverContext, Error, Result};
 use foldhash::HashMap;
 use std::collections::hash_map::Entry;
 use std::sync::{Mutex, PoisonError};
@@ -154,7 +155,7 @@ pub(crate) struct Modules {
     /// The GPU's, which picks the machine code a module loads; `None` where `RILL_LOAD_PTX`
     /// asks for the PTX alone (to time the driver's compile of it).
     compute_capability: Option<(u32, u32)>,
-    loaded: Mutex<HashMap<Module, cust::module::Module>>,
+    loaded: Mutex<HashMap<Module, LoadedModule>>,
     kernels: Mutex<HashMap<KernelKey, Kernel>>,
     /// By function handle (unique while its module is loaded): rill's kernels', and users'
     /// fused kernels' until their module goes ([`Modules::forget`]).
@@ -190,20 +191,20 @@ impl Modules {
             Entry::Vacant(entry) => entry.insert(self.load(module, text)?),
         };
         let function = loaded_module
-            .get_function(symbol)
-            .map_err(|_| Error::Unsupported(format!("kernel `{symbol}` is not in PTX module `{}`", module.name())))?;
-        let kernel = Kernel::new(function.to_raw(), symbol)?;
+            .function(symbol)
+            .ok_or_else(|| Error::Unsupported(format!("kernel `{symbol}` is not in PTX module `{}`", module.name())))?;
+        let kernel = Kernel::new(function, symbol)?;
         kernels.insert(key, kernel);
         Ok(kernel)
     }
 
     /// Loads `module`: its machine code for this GPU where it ships (no JIT compile), else,
     /// or where the driver refuses it (one older than the `ptxas` that made it), its PTX `text`.
-    fn load(&self, module: Module, text: &str) -> Result<cust::module::Module> {
+    fn load(&self, module: Module, text: &str) -> Result<LoadedModule> {
         let machine_code = self.compute_capability.and_then(|capability| cubin_for(module, capability));
-        match machine_code.map(|cubin| cust::module::Module::from_cubin(cubin, &[])) {
+        match machine_code.map(LoadedModule::from_cubin) {
             Some(Ok(loaded)) => Ok(loaded),
-            _ => cust::module::Module::from_ptx(text, &[]).during("cuModuleLoadData"),
+            _ => LoadedModule::from_ptx(text),
         }
     }
 

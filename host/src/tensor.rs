@@ -2,17 +2,17 @@
 //! that carry shape, dtype and address, so ops can check shapes and alignment before any
 //! launch. Tensors are contiguous and row-major; a view may start at any element offset.
 
+use crate::driver::{DeviceMemory, sys};
 use crate::error::{DriverContext, Result, invalid};
 use crate::gpu::Gpu;
-use cust::context::CurrentContext;
-use cust::memory::{CopyDestination, DeviceBuffer, DeviceCopy};
 use std::marker::PhantomData;
 use std::ops::Range;
 
 pub use rill_kernels_gpu::abi::DType;
 
-/// A host element type with a device counterpart.
-pub trait Element: DeviceCopy + Copy + Default + PartialEq + std::fmt::Debug + Send + Sync + 'static {
+/// A host element type with a device counterpart: plain bytes (`bytemuck::Pod`), so a
+/// tensor's contents copy to and from the device as they are.
+pub trait Element: bytemuck::Pod + Default + PartialEq + std::fmt::Debug + Send + Sync + 'static {
     const DTYPE: DType;
     fn to_f64(self) -> f64;
     /// Rounds to nearest even (16-bit types through f32: `half`'s own f64 conversions
@@ -45,6 +45,12 @@ element! {
     i8: I8, |v| v as f64, |x| x as i8;
 }
 
+/// Waits for all work queued in the current context (on every stream).
+fn synchronize_context() -> Result<()> {
+    // SAFETY: the caller bound the GPU's context.
+    unsafe { sys::cuCtxSynchronize() }.during("cuCtxSynchronize")
+}
+
 fn element_count(shape: &[usize]) -> Result<usize> {
     shape
         .iter()
@@ -55,9 +61,10 @@ fn element_count(shape: &[usize]) -> Result<usize> {
 /// A contiguous row-major tensor in device memory.
 pub struct Tensor<T: Element> {
     // None for empty tensors: the driver allocates no zero-byte buffers.
-    buffer: Option<DeviceBuffer<T>>,
+    buffer: Option<DeviceMemory>,
     shape: Vec<usize>,
     gpu: Gpu,
+    _element: PhantomData<T>,
 }
 
 impl<T: Element> Tensor<T> {
@@ -68,27 +75,31 @@ impl<T: Element> Tensor<T> {
             invalid!("shape {shape:?} holds {len} elements but {} were given", data.len());
         }
         gpu.bind()?;
-        let buffer = if len == 0 { None } else { Some(DeviceBuffer::from_slice(data).during("cuMemcpyHtoD")?) };
-        Ok(Tensor { buffer, shape: shape.to_vec(), gpu: gpu.clone() })
+        let buffer = match len {
+            0 => None,
+            _ => {
+                let mut buffer = DeviceMemory::alloc(len * size_of::<T>())?;
+                buffer.copy_from_host(bytemuck::cast_slice(data))?;
+                Some(buffer)
+            }
+        };
+        Ok(Tensor { buffer, shape: shape.to_vec(), gpu: gpu.clone(), _element: PhantomData })
     }
 
     /// A tensor of `shape` filled with zeros.
     pub fn zeros(gpu: &Gpu, shape: &[usize]) -> Result<Self> {
         let len = element_count(shape)?;
         gpu.bind()?;
-        let buffer = if len == 0 {
-            None
-        } else {
-            // SAFETY: the memory is zeroed (all-zero bits are 0.0 in every Element type)
-            // before anyone can read it.
-            unsafe {
-                let buffer = DeviceBuffer::<T>::uninitialized(len).during("cuMemAlloc")?;
-                cust::sys::cuMemsetD8_v2(buffer.as_device_ptr().as_raw(), 0, len * size_of::<T>())
-                    .during("cuMemsetD8")?;
+        // All-zero bits are 0 in every Element type.
+        let buffer = match len {
+            0 => None,
+            _ => {
+                let mut buffer = DeviceMemory::alloc(len * size_of::<T>())?;
+                buffer.zero()?;
                 Some(buffer)
             }
         };
-        Ok(Tensor { buffer, shape: shape.to_vec(), gpu: gpu.clone() })
+        Ok(Tensor { buffer, shape: shape.to_vec(), gpu: gpu.clone(), _element: PhantomData })
     }
 
     /// Overwrites the tensor with `data` (same element count), after all work queued on this
@@ -98,9 +109,9 @@ impl<T: Element> Tensor<T> {
             invalid!("tensor of shape {:?} holds {} elements but {} were given", self.shape, self.len(), data.len());
         }
         self.gpu.bind()?;
-        CurrentContext::synchronize().during("cuCtxSynchronize")?;
+        synchronize_context()?;
         match &mut self.buffer {
-            Some(buffer) => buffer.copy_from(data).during("cuMemcpyHtoD"),
+            Some(buffer) => buffer.copy_from_host(bytemuck::cast_slice(data)),
             None => Ok(()),
         }
     }
@@ -109,10 +120,10 @@ impl<T: Element> Tensor<T> {
     /// copy runs on the legacy stream, which does not wait for non-blocking streams).
     pub fn to_vec(&self) -> Result<Vec<T>> {
         self.gpu.bind()?;
-        CurrentContext::synchronize().during("cuCtxSynchronize")?;
+        synchronize_context()?;
         let mut host = vec![T::default(); self.len()];
         if let Some(buffer) = &self.buffer {
-            buffer.copy_to(&mut host[..]).during("cuMemcpyDtoH")?;
+            buffer.copy_to_host(bytemuck::cast_slice_mut(&mut host))?;
         }
         Ok(host)
     }
@@ -138,7 +149,7 @@ impl<T: Element> Tensor<T> {
     }
 
     fn address(&self) -> u64 {
-        self.buffer.as_ref().map_or(0, |b| b.as_device_ptr().as_raw())
+        self.buffer.as_ref().map_or(0, DeviceMemory::address)
     }
 
     pub fn view(&self) -> View<'_, T> {
@@ -319,8 +330,7 @@ pub fn copy<T: Element>(stream: &crate::Stream, src: &impl AsView<T>, dst: &mut 
     let bytes = src.len() * size_of::<T>();
     // SAFETY: both views borrow live allocations of `len` elements of T.
     unsafe {
-        cust::sys::cuMemcpyDtoDAsync_v2(dst.address(), src.address(), bytes, stream.as_raw())
-            .during("cuMemcpyDtoDAsync")
+        sys::cuMemcpyDtoDAsync_v2(dst.address(), src.address(), bytes, stream.as_raw()).during("cuMemcpyDtoDAsync")
     }
 }
 

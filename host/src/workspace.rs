@@ -6,8 +6,7 @@ use crate::gpu::RawStream;
 use std::mem::ManuallyDrop;
 
 /// f32 scratch from the device's default memory pool, allocated and freed in stream order
-/// (`cuMemAllocAsync`, `cuMemFreeAsync`) on any stream handle, owned or borrowed (cust's
-/// `DeviceBuffer` takes only its own `Stream`).
+/// (`cuMemAllocAsync`, `cuMemFreeAsync`) on any stream handle, owned or borrowed.
 pub(crate) struct Workspace {
     address: u64,
     stream: RawStream,
@@ -22,7 +21,8 @@ impl Workspace {
         let mut address = 0;
         if bytes > 0 {
             // SAFETY: writes one device pointer; the stream handle is live.
-            unsafe { cust::sys::cuMemAllocAsync(&mut address, bytes, stream.as_raw()) }.during("cuMemAllocAsync")?;
+            unsafe { crate::driver::sys::cuMemAllocAsync(&mut address, bytes, stream.as_raw()) }
+                .during("cuMemAllocAsync")?;
         }
         Ok(Workspace { address, stream: stream.as_raw() })
     }
@@ -42,13 +42,13 @@ impl Workspace {
         workspace.release().during("cuMemFreeAsync")
     }
 
-    fn release(&self) -> cust::sys::CUresult {
+    fn release(&self) -> crate::driver::sys::CUresult {
         if self.address == 0 {
-            return cust::sys::CUresult::CUDA_SUCCESS;
+            return crate::driver::sys::CUresult::CUDA_SUCCESS;
         }
         // SAFETY: the address came from `cuMemAllocAsync` and is freed once, in the order of
         // the stream it was allocated on.
-        unsafe { cust::sys::cuMemFreeAsync(self.address, self.stream) }
+        unsafe { crate::driver::sys::cuMemFreeAsync(self.address, self.stream) }
     }
 }
 

@@ -39,7 +39,8 @@ fn mask_tiles(bytes: usize) -> usize {
 unsafe fn tile(stream: &Stream, source: u64, bytes: usize, to: u64, tiles: usize) -> Result<()> {
     let copy = |dst: u64, src: u64, bytes: usize| {
         // SAFETY: the caller's ranges; each copy reads what an earlier one on the stream wrote.
-        unsafe { cust::sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, stream.as_raw()) }.during("cuMemcpyDtoDAsync")
+        unsafe { crate::driver::sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, stream.as_raw()) }
+            .during("cuMemcpyDtoDAsync")
     };
     copy(to, source, bytes)?;
     let mut done = 1;
