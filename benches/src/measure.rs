@@ -112,9 +112,22 @@ impl Bench {
         bytes: usize,
         batches: usize,
         seconds: f64,
-        mut launch: impl FnMut(&Stream, usize) -> rill::Result<R>,
+        launch: impl FnMut(&Stream, usize) -> rill::Result<R>,
     ) -> rill::Result<(f64, R)> {
         let per_batch = (seconds * 3e12 / bytes as f64).ceil().clamp(1.0, 500.0) as usize;
+        self.time_per_batch(sets, per_batch, batches, launch)
+    }
+
+    /// Median device time of one `launch(stream, set)`, in microseconds, over `batches`
+    /// batches of `per_batch` launches (after one launch of each set), and what the first
+    /// launch returned.
+    pub fn time_per_batch<R>(
+        &mut self,
+        sets: usize,
+        per_batch: usize,
+        batches: usize,
+        mut launch: impl FnMut(&Stream, usize) -> rill::Result<R>,
+    ) -> rill::Result<(f64, R)> {
         let first = launch(&self.stream, 0)?;
         for set in 1..sets.max(3) {
             launch(&self.stream, set % sets)?;

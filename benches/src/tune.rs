@@ -3,8 +3,10 @@
 //! at the bucket's bound over the sweep's rows (49152, 4096 past 32768 columns), and from
 //! 2048 columns also at one column fewer (rows run from their heads, or unaligned) and over
 //! 8 rows. Each setting of the knobs ([`Knobs::all`]) is fitted to the call (a planned call
-//! launches nothing); each distinct plan they give is timed (median of CUDA-event batches,
-//! inputs rotated past L2), and so is the plan the GPU takes without a table (its rules').
+//! launches nothing); each distinct plan they give is timed (median of CUDA-event batches
+//! sized by one launch's time, inputs rotated past L2; a plan whose one launch takes over
+//! twice the best's is passed untimed), and so is the plan the GPU takes without a table
+//! (its rules').
 //! The bucket's entry is the fastest plan's knobs, or the untuned plan's where it is within
 //! [`UNTUNED_MARGIN`] of the fastest: a table then differs from what the GPU ran before only
 //! where the measurement says it pays, and holds every bucket's plan.
@@ -48,7 +50,7 @@ const CLASSES: [(&str, &str); 12] = [
     ("fused_transforming", "fused_dequant_softmax"),
 ];
 
-/// One measured bucket, for the summary.
+/// One measured bucket: its table entry and its row of the printed summary.
 struct Tuned {
     bucket: Bucket,
     knobs: Knobs,
@@ -65,25 +67,15 @@ pub fn run(bench: &mut Bench, dtype: Option<&str>, out: &Path) -> Result<TuningT
         TuningTable { gpu: info.name.clone(), compute_capability: info.compute_capability, ..Default::default() };
     let classes: Vec<_> = CLASSES.into_iter().filter(|&(class, op)| bench.wants(class, op)).collect();
     let dequant = DequantKernels::load(&bench.gpu)?;
-    let mut tuned = Vec::new();
-    let mut done = |t: Tuned| -> Result<(), Box<dyn Error>> {
-        table.entries.push(rill::tuning::Entry { pattern: pattern(&t.bucket), knobs: t.knobs });
-        crate::write(out, &table.to_string())?;
-        tuned.push(t);
-        Ok(())
-    };
-    if dtype.is_none_or(|d| d == "f32") {
-        tune_dtype::<f32>(bench, &classes, None, &mut done)?;
-    }
-    if dtype.is_none_or(|d| d == "bf16") {
-        tune_dtype::<bf16>(bench, &classes, Some(&dequant), &mut done)?;
-    }
-    eprintln!();
     println!(
         "{:<24} {:>6} {:>7} {:>5} {:<10} {:>11} {:>11} {:>6}  plan",
         "class", "dtype", "cols", "rows", "alignment", "untuned(us)", "best(us)", "gain"
     );
-    for t in &tuned {
+    // Each bucket's entry is written, and its row printed, as it is tuned: a run cut short
+    // leaves the buckets done.
+    let mut done = |t: Tuned| -> Result<(), Box<dyn Error>> {
+        table.entries.push(rill::tuning::Entry { pattern: pattern(&t.bucket), knobs: t.knobs });
+        crate::write(out, &table.to_string())?;
         let Bucket { class, bits, cols, rows, alignment } = t.bucket;
         println!(
             "{class:<24} {bits:>5}b {cols:>7} {:>5} {:<10} {:>11.2} {:>11.2} {:>6.3}  {}",
@@ -94,7 +86,15 @@ pub fn run(bench: &mut Bench, dtype: Option<&str>, out: &Path) -> Result<TuningT
             t.untuned_micros / t.best_micros,
             t.knobs
         );
+        Ok(())
+    };
+    if dtype.is_none_or(|d| d == "f32") {
+        tune_dtype::<f32>(bench, &classes, None, &mut done)?;
     }
+    if dtype.is_none_or(|d| d == "bf16") {
+        tune_dtype::<bf16>(bench, &classes, Some(&dequant), &mut done)?;
+    }
+    eprintln!();
     Ok(table)
 }
 
@@ -150,7 +150,7 @@ fn tune_bucket<T: Element>(
     let (rows, cols) = (calls.rows, calls.cols);
     rill::tuning::set_tuning_table(&bench.gpu, None);
     let untuned = calls.launch(&bench.stream, op, 0, true)?;
-    let untuned_micros = calls.time(bench, op)?;
+    let untuned_micros = calls.time(bench, op, f64::INFINITY)?.expect("nothing is faster than infinity");
     // Each plan timed, with the first knobs that gave it (none yet for the untuned one).
     let mut seen: HashMap<String, Option<Knobs>> = HashMap::from([(format!("{untuned:?}"), None)]);
     let (mut best_micros, mut best) = (f64::INFINITY, None);
@@ -166,7 +166,7 @@ fn tune_bucket<T: Element>(
             match seen.entry(format!("{plan:?}")) {
                 Entry::Vacant(new) => {
                     new.insert(Some(knobs));
-                    calls.time(bench, op).map(Some)
+                    calls.time(bench, op, best_micros.min(untuned_micros))
                 }
                 Entry::Occupied(mut known) => {
                     known.get_mut().get_or_insert(knobs);
@@ -271,15 +271,23 @@ impl<'a, T: Element> Calls<'a, T> {
         })
     }
 
-    /// Median time of `op` by the table set now, in microseconds.
-    fn time(&self, bench: &mut Bench, op: &str) -> rill::Result<f64> {
-        // Batches of at most a hundred or so launches: a few rows' launches are too short to
-        // time alone, and a batch of hundreds adds nothing to the ranking.
-        let bytes = (3 * self.rows * self.cols * size_of::<T>()).max(16 << 20);
-        let (micros, _) = bench.time_batches(self.sets, bytes, TIMED_BATCHES, BATCH_SECONDS, |stream, set| {
-            self.launch(stream, op, set, false)
-        })?;
-        Ok(micros)
+    /// Median time of `op` by the table set now, in microseconds; `None` where one launch
+    /// takes more than [`REJECTED_ABOVE`] times `best` (microseconds), which cannot win.
+    /// Batches are sized by that launch's time: a plan a thousand times slower than the best
+    /// costs a few launches, not a thousand times the best's batches.
+    fn time(&self, bench: &mut Bench, op: &str, best: f64) -> rill::Result<Option<f64>> {
+        // One launch sets the plan up (kernel attributes, the remembered plan); the next,
+        // timed alone, sizes the batches.
+        self.launch(&bench.stream, op, 0, false)?;
+        let once = bench.stream.time_ms(|stream| self.launch(stream, op, 1 % self.sets, false).map(drop))?;
+        let once_micros = 1e3 * once as f64;
+        if once_micros > REJECTED_ABOVE * best {
+            return Ok(None);
+        }
+        let per_batch = (BATCH_SECONDS * 1e6 / once_micros.max(1e-3)).ceil().clamp(1.0, 500.0) as usize;
+        let (micros, _) = bench
+            .time_per_batch(self.sets, per_batch, TIMED_BATCHES, |stream, set| self.launch(stream, op, set, false))?;
+        Ok(Some(micros))
     }
 
     /// `op` over buffer set `set`, planned and launched (planned only where `plan_only`, but
@@ -332,6 +340,11 @@ impl<'a, T: Element> Calls<'a, T> {
 /// plans apart by a percent, few enough that a GPU's table takes minutes.
 const TIMED_BATCHES: usize = 5;
 const BATCH_SECONDS: f64 = 0.5e-3;
+
+/// How many times the best plan's time one launch of a candidate may take and still be
+/// timed: a lone launch's time carries the launch's own latency, so a plan that can win may
+/// look up to about twice as slow in it, never more.
+const REJECTED_ABOVE: f64 = 2.0;
 
 #[cfg(test)]
 mod tests {
