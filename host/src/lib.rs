@@ -16,6 +16,11 @@
 //! Every op validates its arguments before launching: a wrong shape, dtype or view is an
 //! [`Error::InvalidInput`] that says what to change, never a panic or a wrong answer.
 
+/// The crate README's example, compiled as a doc test.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 mod driver;
 mod error;
 pub mod fuse;

@@ -30,8 +30,9 @@ enum Task {
         #[arg(long)]
         ptxas: Option<PathBuf>,
     },
-    /// Builds the release GPU test suites, benchmark, runner and this executable, and copies
-    /// them into one folder (default `.gpu/`) to run on a GPU machine.
+    /// Builds the release GPU test suites, benchmark, runner, this executable and a user's
+    /// crate built against the packaged crates (`outside`), and copies them into one folder
+    /// (default `.gpu/`) to run on a GPU machine.
     GpuBundle {
         #[arg(long)]
         out: Option<PathBuf>,
@@ -234,6 +235,12 @@ fn gpu_bundle(out: Option<PathBuf>) -> Result<(), String> {
     for (built, short) in [("rill-bench", "rill-bench"), ("rill", "rill"), ("rill-xtask", "xtask")] {
         executables.push((root.join("target/release").join(built), short.to_string()));
     }
+    // A user's crate built against the packaged crates, on stable Rust (scripts/package.sh).
+    let packaged = Command::new("bash").arg(root.join("scripts/package.sh")).status();
+    if !packaged.is_ok_and(|status| status.success()) {
+        return Err("scripts/package.sh failed".into());
+    }
+    executables.push((root.join("target/outside/release/rill-outside"), "outside".to_string()));
     for (exe, short) in executables {
         std::fs::copy(&exe, out.join(&short)).map_err(|e| format!("{}: {e}", exe.display()))?;
         println!("bundled {short}");
