@@ -3,10 +3,10 @@
 //! at the bucket's bound over the sweep's rows (49152, 4096 past 32768 columns), and from
 //! 2048 columns also at one column fewer (rows run from their heads, or unaligned) and over
 //! 8 rows. Each setting of the knobs ([`Knobs::all`]) is fitted to the call (a planned call
-//! launches nothing); each distinct plan they give is timed (median of CUDA-event batches
-//! sized by one launch's time, inputs rotated past L2; a plan whose one launch takes over
-//! twice the best's is passed untimed), and so is the plan the GPU takes without a table
-//! (its rules').
+//! launches nothing); each distinct plan they give is timed in one CUDA-event batch (sized by
+//! one launch's time, inputs rotated past L2; a plan whose one launch takes over twice the
+//! best's is passed untimed), and the few fastest again as the plan the GPU takes without a
+//! table (its rules') is: the median of several batches.
 //! The bucket's entry is the fastest plan's knobs, or the untuned plan's where it is within
 //! [`UNTUNED_MARGIN`] of the fastest: a table then differs from what the GPU ran before only
 //! where the measurement says it pays, and holds every bucket's plan.
@@ -150,14 +150,16 @@ fn tune_bucket<T: Element>(
     let (rows, cols) = (calls.rows, calls.cols);
     rill::tuning::set_tuning_table(&bench.gpu, None);
     let untuned = calls.launch(&bench.stream, op, 0, true)?;
-    let untuned_micros = calls.time(bench, op, f64::INFINITY)?.expect("nothing is faster than infinity");
-    // Each plan timed, with the first knobs that gave it (none yet for the untuned one).
+    let untuned_micros = calls.time(bench, op, f64::INFINITY, TIMED_BATCHES)?.expect("nothing is faster than infinity");
+    // Each plan seen, with the first knobs that gave it (none yet for the untuned one).
     let mut seen: HashMap<String, Option<Knobs>> = HashMap::from([(format!("{untuned:?}"), None)]);
-    let (mut best_micros, mut best) = (f64::INFINITY, None);
+    // Round one: each distinct plan in one batch, those over twice the fastest passed.
+    let mut screened: Vec<(f64, Knobs)> = Vec::new();
     let mut alignment = None;
     let capped = |knobs: &Knobs| matches!(knobs, Knobs::Shared { most_blocks_an_sm: Some(_), .. });
     for knobs in Knobs::all().into_iter().filter(|knobs| rows > FEW_ROWS || !capped(knobs)) {
         rill::tuning::set_tuning_table(&bench.gpu, Some(TuningTable::uniform(knobs)));
+        let fastest = screened.iter().map(|&(micros, _)| micros).fold(untuned_micros, f64::min);
         // A plan the kernels refuse (an error with no launch) is no candidate: said, and passed.
         let timed = calls.launch(&bench.stream, op, 0, true).and_then(|plan| {
             if plan.kind() != PathKind::Warp {
@@ -166,7 +168,7 @@ fn tune_bucket<T: Element>(
             match seen.entry(format!("{plan:?}")) {
                 Entry::Vacant(new) => {
                     new.insert(Some(knobs));
-                    calls.time(bench, op, best_micros.min(untuned_micros))
+                    calls.time(bench, op, fastest, 1)
                 }
                 Entry::Occupied(mut known) => {
                     known.get_mut().get_or_insert(knobs);
@@ -175,9 +177,19 @@ fn tune_bucket<T: Element>(
             }
         });
         match timed {
-            Ok(Some(micros)) if micros < best_micros => (best_micros, best) = (micros, Some(knobs)),
-            Ok(_) => {}
+            Ok(Some(micros)) => screened.push((micros, knobs)),
+            Ok(None) => {}
             Err(error) => eprintln!("\n{class} {rows} x {cols}, {knobs}: {error}"),
+        }
+    }
+    // Round two: the fastest few, timed as the untuned plan was.
+    screened.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (mut best_micros, mut best) = (f64::INFINITY, None);
+    for &(_, knobs) in screened.iter().take(FINALISTS) {
+        rill::tuning::set_tuning_table(&bench.gpu, Some(TuningTable::uniform(knobs)));
+        let micros = calls.time(bench, op, f64::INFINITY, TIMED_BATCHES)?.expect("nothing is faster than infinity");
+        if micros < best_micros {
+            (best_micros, best) = (micros, Some(knobs));
         }
     }
     rill::tuning::set_tuning_table(&bench.gpu, None);
@@ -271,11 +283,12 @@ impl<'a, T: Element> Calls<'a, T> {
         })
     }
 
-    /// Median time of `op` by the table set now, in microseconds; `None` where one launch
-    /// takes more than [`REJECTED_ABOVE`] times `best` (microseconds), which cannot win.
-    /// Batches are sized by that launch's time: a plan a thousand times slower than the best
-    /// costs a few launches, not a thousand times the best's batches.
-    fn time(&self, bench: &mut Bench, op: &str, best: f64) -> rill::Result<Option<f64>> {
+    /// Median time of `op` by the table set now over `batches` batches, in microseconds;
+    /// `None` where one launch takes more than [`REJECTED_ABOVE`] times `best`
+    /// (microseconds), which cannot win. Batches are sized by that launch's time: a plan a
+    /// thousand times slower than the best costs a few launches, not a thousand times the
+    /// best's batches.
+    fn time(&self, bench: &mut Bench, op: &str, best: f64, batches: usize) -> rill::Result<Option<f64>> {
         // One launch sets the plan up (kernel attributes, the remembered plan); the next,
         // timed alone, sizes the batches.
         self.launch(&bench.stream, op, 0, false)?;
@@ -285,8 +298,8 @@ impl<'a, T: Element> Calls<'a, T> {
             return Ok(None);
         }
         let per_batch = (BATCH_SECONDS * 1e6 / once_micros.max(1e-3)).ceil().clamp(1.0, 500.0) as usize;
-        let (micros, _) = bench
-            .time_per_batch(self.sets, per_batch, TIMED_BATCHES, |stream, set| self.launch(stream, op, set, false))?;
+        let (micros, _) =
+            bench.time_per_batch(self.sets, per_batch, batches, |stream, set| self.launch(stream, op, set, false))?;
         Ok(Some(micros))
     }
 
@@ -340,6 +353,10 @@ impl<'a, T: Element> Calls<'a, T> {
 /// plans apart by a percent, few enough that a GPU's table takes minutes.
 const TIMED_BATCHES: usize = 5;
 const BATCH_SECONDS: f64 = 0.5e-3;
+
+/// Plans of the first round (one batch each) timed again as the untuned plan is: the
+/// first round's order is right but for plans within a few percent of each other.
+const FINALISTS: usize = 4;
 
 /// How many times the best plan's time one launch of a candidate may take and still be
 /// timed: a lone launch's time carries the launch's own latency, so a plan that can win may
