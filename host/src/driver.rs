@@ -1,6 +1,7 @@
 //! The CUDA driver as rill reaches it: cudarc's bindings ([`sys`]), which open the driver
 //! library (`libcuda.so.1`, `nvcuda.dll`) at run time, on first use, so that building rill
-//! needs no CUDA toolkit and nothing to link; and the handles rill owns (a device's primary
+//! needs no CUDA toolkit and nothing to link (unless another crate of the build, such as
+//! candle's CUDA backend, has cudarc link it); and the handles rill owns (a device's primary
 //! context, streams, device memory, modules), each released when dropped. Every call's
 //! result is checked ([`DriverContext`]).
 
@@ -9,12 +10,16 @@ pub use cudarc::driver::sys;
 use crate::error::{DriverContext, Error, Result};
 use std::ffi::{CStr, CString};
 
+/// The driver library's names: the NVIDIA driver installs the first (Linux) or the last.
+const LIBRARY_NAMES: [&str; 3] = ["libcuda.so.1", "libcuda.so", "nvcuda.dll"];
+
 /// Whether the driver library opens, which every driver call needs: where it does not (a
 /// machine without the NVIDIA driver), [`Gpu::new`](crate::Gpu::new) fails with an error
-/// instead of the bindings' panic.
+/// instead of the bindings' panic. Asked here, not of the bindings, because a build in which
+/// another crate has cudarc link the library instead of loading it has no such question.
 pub(crate) fn library_present() -> bool {
-    // SAFETY: only tries to open the library by its usual names, and closes it again.
-    unsafe { sys::is_culib_present() }
+    // SAFETY: opening the driver library runs no code of rill's; it is closed again at once.
+    LIBRARY_NAMES.into_iter().any(|name| unsafe { libloading::Library::new(name) }.is_ok())
 }
 
 /// `cuInit`, then device `ordinal`.
