@@ -59,10 +59,20 @@ pub enum BuildError {
     Io(PathBuf, std::io::Error),
 }
 
+/// The name of `module`'s PTX file, as a build writes it.
+pub fn ptx_file(module: Module) -> String {
+    format!("{}.ptx", module.name())
+}
+
+/// The name of `module`'s machine code for sm_`arch`.
+pub fn cubin_file(module: Module, arch: u32) -> String {
+    format!("{}.sm_{arch}.cubin", module.name())
+}
+
 /// The file under the host crate's `kernels/` that ships `module`'s PTX (zstd-compressed), which
 /// the host crate builds from unless `RILL_BUILD_KERNELS` asks for a build from source.
 pub fn shipped_file(module: Module) -> String {
-    format!("{}.ptx.zst", module.name())
+    format!("{}.zst", ptx_file(module))
 }
 
 /// The archs whose machine code (cubins, compiled from the shipped PTX by `ptxas`) ships
@@ -80,7 +90,7 @@ pub fn cubin_archs(module: Module) -> impl Iterator<Item = u32> {
 /// The file under the host crate's `kernels/` that ships `module`'s machine code for sm_`arch`
 /// (zstd-compressed).
 pub fn shipped_cubin(module: Module, arch: u32) -> String {
-    format!("{}.sm_{arch}.cubin.zst", module.name())
+    format!("{}.zst", cubin_file(module, arch))
 }
 
 /// The environment variable that asks the host crate to build its kernels from source (any
@@ -140,7 +150,7 @@ impl PtxBuild {
         }
         let ptx = std::fs::read_to_string(&built).map_err(|e| BuildError::Io(built.clone(), e))?;
         let ptx = cap_registers(ptx, &KernelKey::register_caps(module))?;
-        let dest = self.out_dir.join(format!("{}.ptx", module.name()));
+        let dest = self.out_dir.join(ptx_file(module));
         std::fs::write(&dest, ptx).map_err(|e| BuildError::Io(dest.clone(), e))?;
         Ok(dest)
     }

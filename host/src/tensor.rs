@@ -74,28 +74,28 @@ impl<T: Element> Tensor<T> {
         if len != data.len() {
             invalid!("shape {shape:?} holds {len} elements but {} were given", data.len());
         }
-        gpu.bind()?;
-        let buffer = match len {
-            0 => None,
-            _ => {
-                let mut buffer = DeviceMemory::alloc(len * size_of::<T>())?;
-                buffer.copy_from_host(bytemuck::cast_slice(data))?;
-                Some(buffer)
-            }
-        };
-        Ok(Tensor { buffer, shape: shape.to_vec(), gpu: gpu.clone(), _element: PhantomData })
+        Self::filled(gpu, shape, len, |buffer| buffer.copy_from_host(bytemuck::cast_slice(data)))
     }
 
     /// A tensor of `shape` filled with zeros.
     pub fn zeros(gpu: &Gpu, shape: &[usize]) -> Result<Self> {
-        let len = element_count(shape)?;
-        gpu.bind()?;
         // All-zero bits are 0 in every Element type.
+        Self::filled(gpu, shape, element_count(shape)?, DeviceMemory::zero)
+    }
+
+    /// A tensor of `shape` (`len` elements) whose memory `fill` sets before anyone can read it.
+    fn filled(
+        gpu: &Gpu,
+        shape: &[usize],
+        len: usize,
+        fill: impl FnOnce(&mut DeviceMemory) -> Result<()>,
+    ) -> Result<Self> {
+        gpu.bind()?;
         let buffer = match len {
             0 => None,
             _ => {
                 let mut buffer = DeviceMemory::alloc(len * size_of::<T>())?;
-                buffer.zero()?;
+                fill(&mut buffer)?;
                 Some(buffer)
             }
         };

@@ -112,7 +112,7 @@ const SHIPPED_LEVEL: i32 = 19;
 /// Writes the shipped kernels (`check`: compares them) from the PTX this source builds and
 /// the machine code `ptxas` makes of it.
 fn ship_kernels(check: bool, ptxas: Option<PathBuf>) -> Result<(), String> {
-    use rill_builder::{Module, cubin_archs, shipped_cubin, shipped_file};
+    use rill_builder::{Module, cubin_archs, cubin_file, shipped_cubin, shipped_file};
     let root = workspace_root();
     let local_ptxas = root.join(".cuda").join("nvcc").join("bin").join("ptxas");
     let ptxas = ptxas.unwrap_or_else(|| if local_ptxas.is_file() { local_ptxas } else { PathBuf::from("ptxas") });
@@ -126,7 +126,7 @@ fn ship_kernels(check: bool, ptxas: Option<PathBuf>) -> Result<(), String> {
             .iter()
             .flat_map(|(module, ptx)| cubin_archs(*module).map(move |arch| (*module, ptx, arch)))
             .map(|(module, ptx, arch)| {
-                let cubin = cubin_dir.join(format!("{}.sm_{arch}.cubin", module.name()));
+                let cubin = cubin_dir.join(cubin_file(module, arch));
                 let ptxas = &ptxas;
                 scope.spawn(move || {
                     compile_cubin(ptxas, ptx, arch, &cubin).map(|()| (shipped_cubin(module, arch), cubin))
